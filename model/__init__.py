@@ -1,0 +1,1 @@
+"""torch-only code: the Llama model, token dataset, training program. Never imports Prefect."""

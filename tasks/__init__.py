@@ -1,0 +1,1 @@
+"""Prefect tasks and the pure logic they wrap (one module per stage)."""

@@ -1,0 +1,1 @@
+"""Corpus cleaning: read sources, normalize, tag channel, filter, deduplicate, write Parquet."""

@@ -1,0 +1,31 @@
+"""Channel tagging: zh / en / code, from script ratios, code signals and py3langid."""
+from __future__ import annotations
+
+from functools import lru_cache
+
+from tasks.clean.features import DocFeatures
+
+CHANNELS = ("zh", "en", "code", "other")
+
+
+@lru_cache(maxsize=1)
+def _langid():
+    # The model ships inside the wheel; loading it once per process costs ~1 s.
+    from py3langid.langid import MODEL_FILE, LanguageIdentifier
+
+    return LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
+
+
+def detect_channel(feats: DocFeatures, hint: str | None = None) -> str:
+    if hint:
+        return hint
+    if feats.code_line_ratio >= 0.3 and len(feats.lines) >= 3:
+        return "code"
+    if feats.cjk_ratio >= 0.2:
+        return "zh"
+    lang, _ = _langid().classify(feats.text[:2000])
+    if lang == "en":
+        return "en"
+    if lang in ("zh", "ja") and feats.cjk_ratio > 0.05:
+        return "zh"
+    return "other"

@@ -1,0 +1,162 @@
+"""Read raw documents from the sources a config names, through fsspec.
+
+A reader never drops a document silently: a record it cannot turn into text
+becomes a RawDoc with `problem` set (rejected downstream with that reason),
+and a file it cannot read at all is reported by name in UnreadableFile.
+"""
+from __future__ import annotations
+
+import gzip
+import io
+import json
+from dataclasses import dataclass
+from typing import Iterator
+
+import fsspec
+import pyarrow.parquet as pq
+
+from pretrain.config import SourceConfig
+
+
+class SourceError(ValueError):
+    """A source that names nothing, or names something that is not there."""
+
+
+@dataclass
+class RawDoc:
+    doc_id: str
+    text: str
+    source: str
+    channel_hint: str | None
+    problem: str | None = None   # set when the record could not yield text
+    repaired: str | None = None  # set when bytes had to be replaced to decode
+
+
+@dataclass
+class UnreadableFile:
+    path: str
+    error: str
+    docs_read_before_error: int
+
+
+def expand_source(source: SourceConfig) -> tuple[fsspec.AbstractFileSystem, list[str]]:
+    url = source.resolved_path()
+    fs, _, paths = fsspec.get_fs_token_paths(url)
+    if any(ch in url for ch in "*?["):
+        files = sorted(p for p in paths if not fs.isdir(p))
+    elif paths and fs.isdir(paths[0]):
+        files = sorted(p for p in fs.find(paths[0]) if not fs.isdir(p))
+    else:
+        files = [p for p in paths if fs.exists(p)]
+    if not files:
+        raise SourceError(f"source '{source.source_name}': nothing found at {url}; "
+                          f"fix clean.sources[].path (a file, a directory or a glob)")
+    return fs, files
+
+
+def detect_format(path: str, declared: str) -> str:
+    if declared != "auto":
+        return declared
+    if path.endswith(".jsonl.gz") or path.endswith(".json.gz"):
+        return "jsonl.gz"
+    if path.endswith(".jsonl") or path.endswith(".json"):
+        return "jsonl"
+    if path.endswith(".parquet"):
+        return "parquet"
+    return "text"
+
+
+def _decode(raw: bytes) -> tuple[str, bool]:
+    try:
+        return raw.decode("utf-8"), False
+    except UnicodeDecodeError:
+        return raw.decode("utf-8", errors="replace"), True
+
+
+def _record_doc(record: object, source: SourceConfig, fallback_id: str) -> RawDoc:
+    name, hint = source.source_name, source.channel_hint
+    if not isinstance(record, dict):
+        return RawDoc(fallback_id, "", name, hint, problem="record_not_an_object")
+    doc_id = str(record.get(source.id_field, fallback_id)) if source.id_field else fallback_id
+    text = record.get(source.text_field)
+    if text is None:
+        return RawDoc(doc_id, "", name, hint, problem="missing_text_field")
+    if not isinstance(text, str):
+        return RawDoc(doc_id, "", name, hint, problem="text_not_a_string")
+    return RawDoc(doc_id, text, name, hint)
+
+
+def _read_jsonl(stream: io.BufferedIOBase, source: SourceConfig, path: str) -> Iterator[RawDoc]:
+    for lineno, raw in enumerate(stream, start=1):
+        if not raw.strip():
+            continue
+        line, repaired = _decode(raw)
+        fallback = f"{path}:{lineno}"
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            yield RawDoc(fallback, "", source.source_name, source.channel_hint, problem="invalid_json")
+            continue
+        doc = _record_doc(record, source, fallback)
+        doc.repaired = "replaced_undecodable_bytes" if repaired else None
+        yield doc
+
+
+def _read_parquet(f, source: SourceConfig, path: str) -> Iterator[RawDoc]:
+    pf = pq.ParquetFile(f)
+    columns = [c for c in (source.text_field, source.id_field) if c]
+    missing = [c for c in columns if c not in pf.schema_arrow.names]
+    if missing:
+        raise SourceError(f"{path}: no column {missing[0]!r} (columns: {pf.schema_arrow.names}); "
+                          f"set text_field/id_field of source '{source.source_name}'")
+    row = 0
+    for batch in pf.iter_batches(columns=columns, batch_size=4096):
+        for record in batch.to_pylist():
+            yield _record_doc(record, source, f"{path}:{row}")
+            row += 1
+
+
+def _read_text(f, source: SourceConfig, path: str) -> Iterator[RawDoc]:
+    if source.text_unit == "file":
+        text, repaired = _decode(f.read())
+        yield RawDoc(path, text, source.source_name, source.channel_hint,
+                     repaired="replaced_undecodable_bytes" if repaired else None)
+        return
+    for lineno, raw in enumerate(f, start=1):
+        text, repaired = _decode(raw.rstrip(b"\r\n"))
+        if text.strip():
+            yield RawDoc(f"{path}:{lineno}", text, source.source_name, source.channel_hint,
+                         repaired="replaced_undecodable_bytes" if repaired else None)
+
+
+def read_file(fs: fsspec.AbstractFileSystem, path: str, source: SourceConfig) -> Iterator[RawDoc]:
+    fmt = detect_format(path, source.format)
+    with fs.open(path, "rb") as f:
+        if fmt == "jsonl.gz":
+            with gzip.open(f) as gz:
+                yield from _read_jsonl(gz, source, path)
+        elif fmt == "jsonl":
+            yield from _read_jsonl(f, source, path)
+        elif fmt == "parquet":
+            yield from _read_parquet(f, source, path)
+        else:
+            yield from _read_text(f, source, path)
+
+
+def iter_source(source: SourceConfig, unreadable: list[UnreadableFile]) -> Iterator[RawDoc]:
+    """All documents of one source; files that break mid-read are appended to `unreadable`.
+
+    Documents read from a file before it broke are kept (they are real text),
+    and the report says how many there were.
+    """
+    fs, files = expand_source(source)
+    for path in files:
+        count = 0
+        try:
+            for doc in read_file(fs, path, source):
+                count += 1
+                yield doc
+        except SourceError:
+            raise
+        except (OSError, EOFError, ValueError) as err:
+            unreadable.append(UnreadableFile(path, f"{type(err).__name__}: {err}", count))

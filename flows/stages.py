@@ -1,0 +1,150 @@
+"""One flow per stage. Each reads like its steps and returns a small manifest."""
+from __future__ import annotations
+
+from prefect import flow, get_run_logger, task
+
+from flows.common import markdown_artifact, stage_run, table_artifact
+from pretrain.config import PipelineConfig, resolve_config
+from tasks import tracking
+from tasks.clean.stage import run_clean
+from tasks.preflight.checks import gate, run_checks
+from tasks.tokenize import run_tokenize
+from tasks.tokenizer import run_tokenizer
+from tasks.train import run_train
+
+DEFAULT_CONFIG = "configs/tiny.yaml"
+
+
+class PreflightFailed(RuntimeError):
+    pass
+
+
+@task(name="clean-corpus")
+def clean_task(cfg: PipelineConfig, out_dir: str) -> dict:
+    from pathlib import Path
+
+    return run_clean(cfg.clean, Path(out_dir))
+
+
+@task(name="train-tokenizer")
+def tokenizer_task(cfg: PipelineConfig, clean_dir: str, out_dir: str) -> dict:
+    from pathlib import Path
+
+    return run_tokenizer(cfg.tokenizer, Path(clean_dir), Path(out_dir), cfg.model.max_seq_len)
+
+
+@task(name="write-token-shards")
+def tokenize_task(cfg: PipelineConfig, clean_dir: str, tokenizer_dir: str, out_dir: str) -> dict:
+    from pathlib import Path
+
+    return run_tokenize(cfg.tokenize, Path(clean_dir), Path(tokenizer_dir), Path(out_dir))
+
+
+@task(name="health-checks")
+def preflight_task(cfg: PipelineConfig, run_root: str) -> dict:
+    from pathlib import Path
+
+    return gate(run_checks(cfg.preflight, Path(run_root)), cfg.preflight.ignore_failures)
+
+
+@task(name="deepspeed-train")
+def train_task(cfg: PipelineConfig, tokenizer_dir: str, tokens_dir: str, out_dir: str, mlflow_env: dict) -> dict:
+    from pathlib import Path
+
+    logger = get_run_logger()
+    return run_train(cfg.model, cfg.train, Path(tokenizer_dir), Path(tokens_dir), Path(out_dir),
+                     mlflow_env, log_line=logger.info)
+
+
+@flow(name="clean", log_prints=True)
+def clean_flow(config: PipelineConfig | str = DEFAULT_CONFIG, mlflow_parent_run_id: str | None = None) -> dict:
+    """Read, normalize, tag, filter and deduplicate the corpus into kept/rejected Parquet."""
+    cfg = resolve_config(config)
+    with stage_run(cfg, "clean", mlflow_parent_run_id) as run:
+        manifest = clean_task(cfg, str(run.dir("clean")))
+        tracking.log_metrics(run.mlflow_uri, run.run_id, {k: v for k, v in manifest.items() if k != "unreadable_files"})
+        for name in ("manifest.json", "stats.parquet"):
+            tracking.log_artifact(run.mlflow_uri, run.run_id, run.dir("clean") / name, "clean")
+        rows = [{"reason": r, "documents": n} for r, n in sorted(manifest["rejected_by_reason"].items())]
+        rows += [{"reason": f"kept ({c})", "documents": n} for c, n in sorted(manifest["kept_by_channel"].items())]
+        rows += [{"reason": f"unreadable file: {u['path']}", "documents": u["docs_read_before_error"]}
+                 for u in manifest["unreadable_files"]]
+        table_artifact(cfg, "clean", rows, f"Cleaning: {manifest['docs_in']} in = {manifest['kept']} kept "
+                       f"+ {manifest['rejected']} rejected")
+    return manifest
+
+
+@flow(name="tokenizer", log_prints=True)
+def tokenizer_flow(config: PipelineConfig | str = DEFAULT_CONFIG, mlflow_parent_run_id: str | None = None) -> dict:
+    """Train the byte-level BPE tokenizer on the cleaned text and report its compression."""
+    cfg = resolve_config(config)
+    with stage_run(cfg, "tokenizer", mlflow_parent_run_id) as run:
+        report = tokenizer_task(cfg, str(run.dir("clean")), str(run.dir("tokenizer")))
+        tracking.log_metrics(run.mlflow_uri, run.run_id, {k: v for k, v in report.items() if k != "special_tokens"})
+        for name in ("tokenizer.json", "report.json"):
+            tracking.log_artifact(run.mlflow_uri, run.run_id, run.dir("tokenizer") / name, "tokenizer")
+        lines = [f"**vocab** {report['vocab_size']} + {report['reserved_tokens']} reserved "
+                 f"-> {report['embedding_rows']} embedding rows", "",
+                 "| channel | docs | chars/token | bytes/token | round-trip failures |", "|---|---|---|---|---|"]
+        lines += [f"| {c} | {r['docs']} | {r['chars_per_token']} | {r['bytes_per_token']} | {r['roundtrip_failures']} |"
+                  for c, r in report["held_out"].items()]
+        markdown_artifact(cfg, "tokenizer", "\n".join(lines), "Tokenizer report on held-out text")
+    return report
+
+
+@flow(name="tokenize", log_prints=True)
+def tokenize_flow(config: PipelineConfig | str = DEFAULT_CONFIG, mlflow_parent_run_id: str | None = None) -> dict:
+    """Encode the cleaned corpus into Arrow IPC token shards with a manifest."""
+    cfg = resolve_config(config)
+    with stage_run(cfg, "tokenize", mlflow_parent_run_id) as run:
+        manifest = tokenize_task(cfg, str(run.dir("clean")), str(run.dir("tokenizer")), str(run.dir("tokens")))
+        tracking.log_metrics(run.mlflow_uri, run.run_id, {"total_tokens": manifest["total_tokens"],
+                             "total_docs": manifest["total_docs"], "shards": len(manifest["shards"]),
+                             "tokens_by_channel": manifest["tokens_by_channel"]})
+        tracking.log_artifact(run.mlflow_uri, run.run_id, run.dir("tokens") / "manifest.json", "tokens")
+        table_artifact(cfg, "tokenize", manifest["shards"],
+                       f"{manifest['total_tokens']} tokens in {len(manifest['shards'])} shards, "
+                       f"dataset version {manifest['version']}")
+    return {k: manifest[k] for k in ("total_tokens", "total_docs", "version", "tokens_by_channel")}
+
+
+@flow(name="preflight", log_prints=True)
+def preflight_flow(config: PipelineConfig | str = DEFAULT_CONFIG, mlflow_parent_run_id: str | None = None) -> dict:
+    """Run the health checks and stop the pipeline when one fails (unless overridden)."""
+    cfg = resolve_config(config)
+    with stage_run(cfg, "preflight", mlflow_parent_run_id) as run:
+        report = preflight_task(cfg, str(run.root))
+        out = run.dir("preflight")
+        out.mkdir(parents=True, exist_ok=True)
+        from tasks.common.outputs import write_json
+
+        write_json(out / "report.json", report)
+        tracking.log_artifact(run.mlflow_uri, run.run_id, out / "report.json", "preflight")
+        table_artifact(cfg, "preflight", report["checks"],
+                       "Preflight: " + ("passed" if not report["failed"] else f"FAILED {report['failed']}")
+                       + (" (override recorded)" if report["override"] else ""))
+        if not report["passed_gate"]:
+            raise PreflightFailed(f"preflight checks failed: {report['failed']}; see {out / 'report.json'}. "
+                                  f"Fix them, or set preflight.ignore_failures: true to train anyway")
+    return report
+
+
+@flow(name="train", log_prints=True)
+def train_flow(config: PipelineConfig | str = DEFAULT_CONFIG, mlflow_parent_run_id: str | None = None) -> dict:
+    """Launch the DeepSpeed training program, stream its logs, and report the final checkpoint."""
+    cfg = resolve_config(config)
+    with stage_run(cfg, "train", mlflow_parent_run_id) as run:
+        tracking.log_params(run.mlflow_uri, run.run_id, {"model": cfg.model.model_dump(), "train": cfg.train.model_dump()})
+        env = {"MLFLOW_RUN_ID": run.run_id, "MLFLOW_TRACKING_URI": run.mlflow_uri}
+        result = train_task(cfg, str(run.dir("tokenizer")), str(run.dir("tokens")), str(run.dir("train")), env)
+        client = tracking.client(run.mlflow_uri)
+        client.set_tag(run.run_id, "final_checkpoint", f"{result['checkpoint_dir']}/{result['latest_checkpoint']}")
+        from tasks.common.outputs import write_json
+
+        write_json(run.dir("train") / "result.json", result)
+        for name in ("result.json", "spec.json", "metrics.jsonl", "events.jsonl"):
+            tracking.log_artifact(run.mlflow_uri, run.run_id, run.dir("train") / name, "train")
+        markdown_artifact(cfg, "train", f"Training finished at step {result['latest_step']}.\n\n"
+                          f"Final checkpoint: `{result['checkpoint_dir']}/{result['latest_checkpoint']}`",
+                          "Training result")
+    return result

@@ -1,0 +1,212 @@
+"""The training program that the DeepSpeed launcher starts on every rank.
+
+    deepspeed --num_gpus N --module model.train --spec <train_dir>/spec.json
+
+It reads the spec (model args, train settings, DeepSpeed config, paths),
+resumes from the newest complete checkpoint, trains, writes metrics and
+events as JSON lines, logs to MLflow from rank 0, and exits with a code from
+model.protocol. It never imports Prefect.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from model import checkpoint as ckpt
+from model.data import CHANNELS, GlobalSampler, SamplerState, TokenDataset, rank_slice
+from model.llama import ModelArgs, Transformer, count_parameters, flops_per_token
+from model.protocol import EVENTS_FILE, EXIT_CONFIG, EXIT_DONE, EXIT_STOPPED, METRICS_FILE
+from model.schedule import cosine_lr, wsd_lr
+from model.tracking import NullTracker, Rank0Tracker
+
+
+@dataclass
+class Spec:
+    model: ModelArgs
+    train: dict
+    deepspeed: dict
+    tokens_dir: Path
+    out_dir: Path
+    manifest_version: str
+
+    @classmethod
+    def load(cls, path: Path) -> "Spec":
+        raw = json.loads(Path(path).read_text())
+        return cls(ModelArgs(**raw["model"]), raw["train"], raw["deepspeed"], Path(raw["tokens_dir"]),
+                   Path(raw["out_dir"]), raw["manifest_version"])
+
+
+class StopFlag:
+    """Set by SIGTERM; ranks agree on it at step boundaries so they stop together."""
+
+    def __init__(self):
+        self.requested = False
+        signal.signal(signal.SIGTERM, self._handle)
+
+    def _handle(self, signum, frame):
+        self.requested = True
+
+    def agreed(self) -> bool:
+        flag = torch.tensor([1.0 if self.requested else 0.0])
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
+
+
+def lr_at(step: int, t: dict) -> float:
+    fn = wsd_lr if t.get("schedule", "cosine") == "wsd" else cosine_lr
+    return fn(step, lr=t["lr"], min_lr=t["min_lr"], warmup=t["warmup_steps"], total=t["steps"])
+
+
+def batch_tensors(dataset: TokenDataset, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    items = [dataset[i] for i in ids]
+    tokens = torch.from_numpy(np.stack([it["tokens"] for it in items]))
+    channels = torch.from_numpy(np.stack([it["channels"][1:] for it in items]))
+    return tokens, channels
+
+
+def step_loss(engine, tokens: torch.Tensor, channels: torch.Tensor, sums: torch.Tensor) -> torch.Tensor:
+    """Mean token loss; adds per-channel (loss sum, token count) into `sums`."""
+    device = engine.device
+    tokens, channels = tokens.to(device), channels.to(device)
+    logits = engine(tokens[:, :-1])
+    per_token = F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten(), reduction="none")
+    with torch.no_grad():
+        flat_ch = channels.flatten()
+        for c in range(len(CHANNELS)):
+            mask = flat_ch == c
+            sums[0, c] += per_token[mask].sum().float().cpu()
+            sums[1, c] += mask.sum().float().cpu()
+    return per_token.mean()
+
+
+def save(engine, spec: Spec, step: int, sampler: GlobalSampler, tracker, rank: int, world: int) -> str:
+    ckpt_dir = spec.out_dir / "checkpoints"
+    tag = f"step_{step:08d}"
+    meta = {"step": step, "data_position": sampler.state.to_dict(), "manifest_version": spec.manifest_version,
+            "world_size": world, "rng": {"torch": int(torch.initial_seed())}}
+    engine.save_checkpoint(str(ckpt_dir), tag=tag, client_state=meta, save_latest=False)
+    ckpt.mark_rank_done(ckpt_dir, tag, rank)
+    dist.barrier()
+    if rank == 0:
+        ckpt.mark_complete(ckpt_dir, tag, world, meta)
+        tracker.event({"event": "checkpoint", "step": step, "tag": tag, "path": str(ckpt_dir / tag)})
+    dist.barrier()
+    return tag
+
+
+def resume(engine, spec: Spec, rank: int) -> tuple[int, SamplerState]:
+    ckpt_dir = spec.out_dir / "checkpoints"
+    tag = ckpt.latest_complete(ckpt_dir)
+    if tag is None:
+        return 0, SamplerState()
+    meta = ckpt.read_meta(ckpt_dir, tag)
+    if meta["manifest_version"] != spec.manifest_version:
+        raise SystemExit(f"checkpoint {tag} was trained on dataset version {meta['manifest_version']}, the "
+                         f"tokens are now version {spec.manifest_version}; use a new train directory or re-tokenize")
+    path, _ = engine.load_checkpoint(str(ckpt_dir), tag=tag)
+    if path is None:  # DeepSpeed returns (None, None) on a missing tag and would train from scratch
+        raise RuntimeError(f"DeepSpeed could not load complete checkpoint {ckpt_dir / tag}")
+    if rank == 0:
+        print(f"resumed from {tag} at step {meta['step']}", flush=True)
+    return meta["step"], SamplerState.from_dict(meta["data_position"])
+
+
+def train(spec: Spec) -> int:
+    import deepspeed  # imported here so `--help` and spec errors are fast
+
+    t = spec.train
+    deepspeed.init_distributed(dist_backend="gloo" if t["accelerator"] == "cpu" else "nccl",
+                               timeout=__import__("datetime").timedelta(minutes=t["timeout_minutes"]))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(t["seed"] + rank)
+    dataset = TokenDataset(spec.tokens_dir, t["seq_len"])
+    model = Transformer(spec.model, activation_checkpointing=t["activation_checkpointing"])
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=spec.deepspeed)
+    tracker = Rank0Tracker(spec.out_dir, METRICS_FILE, EVENTS_FILE) if rank == 0 else NullTracker()
+    start_step, state = resume(engine, spec, rank)
+    sampler = GlobalSampler(len(dataset), t["seed"], state)
+    stop = StopFlag()
+    micro, accum = t["micro_batch_size"], t["grad_accum"]
+    global_batch = micro * world * accum
+    tokens_per_step = global_batch * t["seq_len"]
+    flops_tok = flops_per_token(spec.model, t["seq_len"])
+    if rank == 0:
+        print(f"params={count_parameters(model):,} samples={len(dataset):,} world={world} "
+              f"global_batch={global_batch} start_step={start_step}", flush=True)
+        tracker.event({"event": "start", "step": start_step, "world_size": world})
+    step = start_step
+    for step in range(start_step, t["steps"]):
+        t0 = time.perf_counter()
+        lr = lr_at(step, t)
+        for group in engine.optimizer.param_groups:
+            group["lr"] = lr
+        batch = sampler.next_global_batch(global_batch)
+        sums = torch.zeros(2, len(CHANNELS))
+        loss_total = 0.0
+        for k in range(accum):
+            ids = rank_slice(batch[k * micro * world:(k + 1) * micro * world], rank, world)
+            loss = step_loss(engine, *batch_tensors(dataset, ids), sums)
+            engine.backward(loss)
+            engine.step()
+            loss_total += loss.item() / accum
+        dist.all_reduce(sums)
+        loss_t = torch.tensor([loss_total])
+        dist.all_reduce(loss_t)
+        dt = time.perf_counter() - t0
+        if (step + 1) % t["log_every"] == 0 or step == start_step:
+            metrics = {"loss": loss_t.item() / world, "lr": lr, "tokens_per_s": tokens_per_step / dt,
+                       "step_time_s": dt, "consumed_samples": sampler.state.consumed_samples,
+                       "tflops_per_s": flops_tok * tokens_per_step / dt / 1e12}
+            norm = engine.get_global_grad_norm()
+            if norm is not None:
+                metrics["grad_norm"] = float(norm)
+            for c, name in enumerate(CHANNELS):
+                if sums[1, c] > 0:
+                    metrics[f"loss_{name}"] = (sums[0, c] / sums[1, c]).item()
+            tracker.log(step + 1, metrics)
+            if rank == 0:
+                print(f"step {step + 1}/{t['steps']} loss={metrics['loss']:.4f} lr={lr:.2e} "
+                      f"tok/s={metrics['tokens_per_s']:.0f}", flush=True)
+        done = step + 1 == t["steps"]
+        if stop.agreed():
+            save(engine, spec, step + 1, sampler, tracker, rank, world)
+            tracker.event({"event": "stopped", "step": step + 1, "reason": "SIGTERM"})
+            tracker.flush()
+            return EXIT_STOPPED
+        if done or (step + 1) % t["save_every"] == 0:
+            save(engine, spec, step + 1, sampler, tracker, rank, world)
+    tracker.event({"event": "done", "step": t["steps"]})
+    tracker.flush()
+    return EXIT_DONE
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--spec", required=True, type=Path, help="spec.json written by the train stage")
+    parser.add_argument("--local_rank", type=int, default=None, help="set by the DeepSpeed launcher")
+    args = parser.parse_args(argv)
+    try:
+        spec = Spec.load(args.spec)
+    except (OSError, KeyError, TypeError, json.JSONDecodeError) as err:
+        print(f"cannot read training spec {args.spec}: {err!r}; rerun the train stage to rewrite it", file=sys.stderr)
+        return EXIT_CONFIG
+    try:
+        return train(spec)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Cluster health checks that gate training."""

@@ -1,0 +1,82 @@
+"""MLflow bookkeeping for the orchestrator: one parent run per pipeline, a child run per stage.
+
+Uses MlflowClient (no fluent global state), so stages in threads or sub-flows
+cannot log into each other's runs.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pretrain.config import PipelineConfig
+
+
+def tracking_uri(cfg: PipelineConfig) -> str:
+    uri = cfg.tracking.mlflow_uri or os.environ.get("MLFLOW_TRACKING_URI")
+    if not uri:
+        uri = f"sqlite:///{cfg.run_root_path() / 'mlflow.db'}"
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        # MLflow resolves a relative sqlite path against the CWD: make it absolute
+        uri = "sqlite:///" + str(Path(uri[len("sqlite:///"):]).resolve())
+    return uri
+
+
+def client(uri: str):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)
+
+
+def experiment_id(uri: str, name: str, artifact_root: Path | None = None) -> str:
+    c = client(uri)
+    exp = c.get_experiment_by_name(name)
+    if exp is not None:
+        return exp.experiment_id
+    location = artifact_root.as_uri() if artifact_root and uri.startswith("sqlite") else None
+    return c.create_experiment(name, artifact_location=location)
+
+
+def start_run(uri: str, exp_id: str, name: str, parent_id: str | None = None, tags: dict | None = None) -> str:
+    all_tags = {"mlflow.runName": name, **(tags or {})}
+    if parent_id:
+        all_tags["mlflow.parentRunId"] = parent_id
+    return client(uri).create_run(exp_id, tags=all_tags, run_name=name).info.run_id
+
+
+def end_run(uri: str, run_id: str, ok: bool) -> None:
+    client(uri).set_terminated(run_id, status="FINISHED" if ok else "FAILED")
+
+
+def log_params(uri: str, run_id: str, params: dict) -> None:
+    from mlflow.entities import Param
+
+    flat = [Param(k, str(v)[:6000]) for k, v in _flatten(params).items()]
+    for i in range(0, len(flat), 100):
+        client(uri).log_batch(run_id, params=flat[i:i + 100])
+
+
+def log_metrics(uri: str, run_id: str, metrics: dict, step: int = 0) -> None:
+    import time
+
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    points = [Metric(k, float(v), now, step) for k, v in _flatten(metrics).items()
+              if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    if points:
+        client(uri).log_batch(run_id, metrics=points)
+
+
+def log_artifact(uri: str, run_id: str, path: Path, subdir: str | None = None) -> None:
+    client(uri).log_artifact(run_id, str(path), artifact_path=subdir)
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out

@@ -1,0 +1,156 @@
+"""Train stage: turn the config into a DeepSpeed config and spec, launch the ranks, watch them."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from dataclasses import asdict
+from pathlib import Path
+from typing import Callable
+
+from model.checkpoint import latest_complete, read_meta
+from model.data import read_manifest
+from model.llama import ModelArgs
+from model.protocol import EXIT_CONFIG, EXIT_DONE, EXIT_STOPPED, SPEC_FILE
+from pretrain.config import ModelConfig, TrainConfig
+from tasks.common.outputs import read_json, require_complete
+
+
+class TrainingFailed(RuntimeError):
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def deepspeed_config(t: TrainConfig) -> dict:
+    cfg = {
+        "train_micro_batch_size_per_gpu": t.micro_batch_size,
+        "gradient_accumulation_steps": t.grad_accum,
+        "gradient_clipping": t.grad_clip,
+        "optimizer": {"type": "AdamW", "params": {"lr": t.lr, "betas": [0.9, 0.95], "eps": 1e-8,
+                                                  "weight_decay": t.weight_decay}},
+        "zero_optimization": {"stage": t.zero_stage},
+        "bf16": {"enabled": t.precision == "bf16"},
+        "steps_per_print": 10**9,  # the program prints its own progress
+        "wall_clock_breakdown": False,
+    }
+    if t.accelerator == "cpu":
+        # DeepSpeed's fused CPU Adam needs a compiled op; torch's AdamW needs none.
+        cfg["zero_allow_untested_optimizer"] = True
+        cfg["optimizer"]["params"]["torch_adam"] = True
+    return cfg
+
+
+def model_args(m: ModelConfig, tokenizer_report: dict) -> ModelArgs:
+    return ModelArgs(dim=m.dim, n_layers=m.n_layers, n_heads=m.n_heads, n_kv_heads=m.n_kv_heads,
+                     vocab_size=tokenizer_report["embedding_rows"], ffn_hidden=m.ffn_hidden,
+                     max_seq_len=m.max_seq_len, rope_theta=m.rope_theta, norm_eps=m.norm_eps,
+                     tie_embeddings=m.tie_embeddings)
+
+
+def write_spec(model: ModelConfig, train: TrainConfig, tokenizer_dir: Path, tokens_dir: Path, out_dir: Path) -> Path:
+    require_complete(tokens_dir, "tokenize")
+    require_complete(tokenizer_dir, "tokenizer")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    spec = {
+        "model": asdict(model_args(model, read_json(tokenizer_dir / "report.json"))),
+        "train": train.model_dump(),
+        "deepspeed": deepspeed_config(train),
+        "tokens_dir": str(tokens_dir),
+        "out_dir": str(out_dir),
+        "manifest_version": read_manifest(tokens_dir)["version"],
+    }
+    path = out_dir / SPEC_FILE
+    path.write_text(json.dumps(spec, indent=2))
+    return path
+
+
+def launcher_command(train: TrainConfig, spec_path: Path) -> list[str]:
+    deepspeed = shutil.which("deepspeed", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    if deepspeed is None:
+        raise TrainingFailed("the `deepspeed` launcher is not installed in this environment; run `make install`", EXIT_CONFIG)
+    cmd = [deepspeed, "--master_port", str(train.master_port)]
+    if train.hostfile:
+        cmd += ["--hostfile", train.hostfile]
+    else:
+        cmd += ["--num_gpus", str(train.num_gpus)]
+    return cmd + ["--module", "model.train", "--spec", str(spec_path)]
+
+
+def launcher_env(train: TrainConfig, mlflow_env: dict[str, str]) -> dict[str, str]:
+    env = {**os.environ, **mlflow_env, "PYTHONUNBUFFERED": "1"}
+    if train.accelerator == "cpu":
+        env["DS_ACCELERATOR"] = "cpu"
+        env.setdefault("OMP_NUM_THREADS", "1")
+    # the ranks import model.train from the project, wherever the launcher runs
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def _die_with_parent() -> None:
+    # If the orchestrating process is killed outright (SIGKILL), the launcher
+    # gets SIGTERM and takes its ranks down with it.
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def kill_group(proc: subprocess.Popen, grace_s: float = 20.0) -> None:
+    """SIGTERM the launcher's whole process group, then SIGKILL what is left."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=grace_s)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def run_launcher(cmd: list[str], env: dict[str, str], log_line: Callable[[str], None], log_path: Path) -> int:
+    """Run the DeepSpeed launcher in its own session; stream its output; always reap the ranks."""
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True, preexec_fn=_die_with_parent, bufsize=1)
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        def on_term(signum, frame):
+            kill_group(proc, grace_s=10)
+            raise SystemExit(128 + signum)
+        previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        with open(log_path, "a", encoding="utf-8") as log:
+            for line in proc.stdout:
+                log.write(line)
+                log_line(line.rstrip("\n"))
+        return proc.wait()
+    finally:
+        kill_group(proc)
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def run_train(model: ModelConfig, train: TrainConfig, tokenizer_dir: Path, tokens_dir: Path, out_dir: Path,
+              mlflow_env: dict[str, str], log_line: Callable[[str], None] = print) -> dict:
+    spec_path = write_spec(model, train, tokenizer_dir, tokens_dir, out_dir)
+    code = run_launcher(launcher_command(train, spec_path), launcher_env(train, mlflow_env),
+                        log_line, out_dir / "launcher.log")
+    ckpt_dir = out_dir / "checkpoints"
+    tag = latest_complete(ckpt_dir)
+    result = {"exit_code": code, "checkpoint_dir": str(ckpt_dir), "latest_checkpoint": tag,
+              "latest_step": read_meta(ckpt_dir, tag)["step"] if tag else None}
+    if code == EXIT_DONE:
+        return result
+    what = {EXIT_STOPPED: "stopped by SIGTERM after saving a checkpoint",
+            EXIT_CONFIG: "rejected its spec"}.get(code, "crashed")
+    raise TrainingFailed(f"training {what} (exit code {code}); see {out_dir / 'launcher.log'}. "
+                         f"Newest complete checkpoint: {tag or 'none'}", code)

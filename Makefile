@@ -1,0 +1,41 @@
+# One-command entry points. Everything installs into .venv from a fresh clone.
+PYTHON ?= python3.11
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+TORCH_VERSION     := 2.13.0
+DEEPSPEED_VERSION := 0.19.8
+
+.PHONY: install demo stop status test test-fast clean-runs
+
+install: $(STAMP)
+
+# torch first, pinned to the local CPU wheel; deepspeed last, without build
+# isolation, so its build sees that torch instead of pulling another one.
+$(STAMP): pyproject.toml Makefile
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11 or pass PYTHON=..."; exit 1; }
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip wheel setuptools
+	$(BIN)/python -m pip install -q torch==$(TORCH_VERSION)
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	DS_BUILD_OPS=0 $(BIN)/python -m pip install -q --no-build-isolation deepspeed==$(DEEPSPEED_VERSION)
+	$(BIN)/python -c "import torch, deepspeed, prefect, mlflow, tokenizers, pyarrow, duckdb; print('installed: torch', torch.__version__, 'deepspeed', deepspeed.__version__, 'prefect', prefect.__version__, 'mlflow', mlflow.__version__)"
+	touch $(STAMP)
+
+demo: install
+	bash infra/local.sh demo configs/tiny.yaml
+
+stop:
+	bash infra/local.sh down
+
+status:
+	bash infra/local.sh status
+
+test: install
+	$(BIN)/python -m pytest tests
+
+test-fast: install
+	$(BIN)/python -m pytest tests -m "not slow"
+
+clean-runs:
+	rm -rf runs

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Local bring-up of the services the pipeline runs against, all on loopback:
+#   a Prefect server (SQLite), a Prefect process worker, an MLflow tracking
+#   server (SQLite + local artifact store).
+#
+#   bash infra/local.sh up        start what is not running (idempotent)
+#   bash infra/local.sh deploy    register deployments/prefect.yaml
+#   bash infra/local.sh demo      up + deploy + run pretrain/full on configs/tiny.yaml and watch it
+#   bash infra/local.sh status    what is running
+#   bash infra/local.sh down      stop everything `up` started
+#
+# State lives in $PRETRAIN_STATE (default: <project>/.local). Ports:
+# PREFECT_PORT (4200), MLFLOW_PORT (5000). Python: $VENV (default: <project>/.venv).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+STATE="${PRETRAIN_STATE:-$ROOT/.local}"
+VENV="${VENV:-$ROOT/.venv}"
+PREFECT_PORT="${PREFECT_PORT:-4200}"
+MLFLOW_PORT="${MLFLOW_PORT:-5000}"
+POOL="${PRETRAIN_WORK_POOL:-local}"
+BIN="$VENV/bin"
+
+export PREFECT_HOME="$STATE/prefect"
+export PREFECT_API_URL="http://127.0.0.1:$PREFECT_PORT/api"
+export PREFECT_SERVER_ANALYTICS_ENABLED=false
+export PREFECT_SERVER_API_HOST=127.0.0.1
+export MLFLOW_TRACKING_URI="http://127.0.0.1:$MLFLOW_PORT"
+export PRETRAIN_HOME="$ROOT"
+export PRETRAIN_WORK_POOL="$POOL"
+mkdir -p "$STATE/logs" "$STATE/pids" "$PREFECT_HOME" "$STATE/mlflow/artifacts"
+
+alive() { [[ -f "$STATE/pids/$1" ]] && kill -0 "$(cat "$STATE/pids/$1")" 2>/dev/null; }
+
+wait_http() { # url seconds name
+  for _ in $(seq "$2"); do
+    if "$BIN/python" -c "import urllib.request,sys; urllib.request.urlopen(sys.argv[1], timeout=2)" "$1" 2>/dev/null; then return 0; fi
+    sleep 1
+  done
+  echo "error: $3 did not answer at $1 within $2 s; see $STATE/logs/$3.log" >&2
+  tail -20 "$STATE/logs/$3.log" >&2 || true
+  return 1
+}
+
+start() { # name command...
+  local name="$1"; shift
+  if alive "$name"; then echo "$name: already running (pid $(cat "$STATE/pids/$name"))"; return 0; fi
+  setsid "$@" >"$STATE/logs/$name.log" 2>&1 < /dev/null &
+  echo $! > "$STATE/pids/$name"
+  echo "$name: started (pid $!), log $STATE/logs/$name.log"
+}
+
+up() {
+  [[ -x "$BIN/prefect" ]] || { echo "error: $BIN/prefect not found; run 'make install' first" >&2; exit 1; }
+  start prefect-server "$BIN/prefect" server start --host 127.0.0.1 --port "$PREFECT_PORT"
+  start mlflow-server "$BIN/mlflow" server --host 127.0.0.1 --port "$MLFLOW_PORT" --workers 1 \
+    --backend-store-uri "sqlite:///$STATE/mlflow/mlflow.db" \
+    --artifacts-destination "$STATE/mlflow/artifacts"
+  wait_http "http://127.0.0.1:$PREFECT_PORT/api/health" 120 prefect-server
+  wait_http "http://127.0.0.1:$MLFLOW_PORT/health" 120 mlflow-server
+  "$BIN/prefect" work-pool inspect "$POOL" >/dev/null 2>&1 || "$BIN/prefect" work-pool create "$POOL" --type process >/dev/null
+  start prefect-worker "$BIN/prefect" worker start --pool "$POOL" --type process
+}
+
+deploy() {
+  (cd "$ROOT" && "$BIN/prefect" --no-prompt deploy --all --prefect-file deployments/prefect.yaml)
+}
+
+status() {
+  for name in prefect-server mlflow-server prefect-worker; do
+    if alive "$name"; then echo "$name: running (pid $(cat "$STATE/pids/$name"))"; else echo "$name: stopped"; fi
+  done
+}
+
+down() {
+  for name in prefect-worker mlflow-server prefect-server; do
+    if alive "$name"; then
+      local pid; pid="$(cat "$STATE/pids/$name")"
+      kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+      for _ in $(seq 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+      kill -KILL -- "-$pid" 2>/dev/null || true
+      echo "$name: stopped"
+    fi
+    rm -f "$STATE/pids/$name"
+  done
+}
+
+demo() {
+  up
+  deploy
+  local config="${1:-configs/tiny.yaml}"
+  "$BIN/prefect" deployment run pretrain/full -p config="$config" --watch
+  local run_root
+  run_root="$("$BIN/python" -c "import sys; from pretrain.config import load_config; print(load_config(sys.argv[1]).run_root_path())" "$config")"
+  cat <<MSG
+
+Demo finished.
+  Prefect UI : http://127.0.0.1:$PREFECT_PORT   (flow runs, logs, artifacts)
+  MLflow UI  : http://127.0.0.1:$MLFLOW_PORT   (experiment 'pretrain': parent run + one child per stage)
+  Run root   : $run_root
+Stop the services with: make stop
+MSG
+}
+
+case "${1:-}" in
+  up) up ;;
+  deploy) deploy ;;
+  demo) shift; demo "$@" ;;
+  status) status ;;
+  down) down ;;
+  *) echo "usage: $0 up|deploy|demo [config]|status|down" >&2; exit 2 ;;
+esac

@@ -20,7 +20,7 @@ STAGES = ("clean", "tokenizer", "tokenize", "preflight", "train")
 
 def _flow_for(command: str):
     from flows import stages
-    from flows.pretrain import pretrain
+    from flows.full import pretrain
 
     return {"clean": stages.clean_flow, "tokenizer": stages.tokenizer_flow, "tokenize": stages.tokenize_flow,
             "preflight": stages.preflight_flow, "train": stages.train_flow, "run": pretrain}[command]

@@ -124,7 +124,11 @@ def run_launcher(cmd: list[str], env: dict[str, str], log_line: Callable[[str], 
     previous = None
     if threading.current_thread() is threading.main_thread():
         def on_term(signum, frame):
+            # Ranks save a checkpoint on SIGTERM; give them a moment, then let
+            # Prefect's own handler turn the signal into a cancellation.
             kill_group(proc, grace_s=10)
+            if callable(previous):
+                previous(signum, frame)
             raise SystemExit(128 + signum)
         previous = signal.signal(signal.SIGTERM, on_term)
     try:

@@ -1,0 +1,59 @@
+"""Shared fixtures: small real configs and a prepared run root (clean -> tokenizer -> tokenize)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pretrain.config import parse_config
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = Path(os.environ.get("PRETRAIN_SHARED", ROOT.parent / "shared"))
+CORPORA = SHARED / "corpora"
+FIXTURES = SHARED / "fixtures"
+
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+
+
+def need_shared(path: Path) -> Path:
+    if not path.exists():
+        pytest.skip(f"{path} is absent: the shared corpora/fixtures sit beside the checkout only on the project's machines")
+    return path
+
+
+def tiny_dict(run_root: Path, **overrides) -> dict:
+    data = yaml.safe_load((ROOT / "configs" / "tiny.yaml").read_text())
+    data["run_root"] = str(run_root)
+    data["clean"]["sources"] = [
+        {"path": str(ROOT / "demo/corpus/paragraphs.jsonl"), "name": "demo-paragraphs", "id_field": "id"},
+        {"path": "{stdlib}/json/*.py", "name": "stdlib-json", "channel_hint": "code"},
+    ]
+    data["train"].update(steps=6, save_every=3, master_port=29600 + os.getpid() % 300)
+    for section, values in overrides.items():
+        if isinstance(values, dict):
+            data.setdefault(section, {}).update(values)
+        else:
+            data[section] = values
+    return data
+
+
+@pytest.fixture
+def tiny_cfg(tmp_path):
+    return parse_config(tiny_dict(tmp_path / "run"))
+
+
+@pytest.fixture(scope="session")
+def prepared_run(tmp_path_factory):
+    """A run root holding complete clean, tokenizer and tokens outputs from the demo corpus."""
+    from tasks.clean.stage import run_clean
+    from tasks.tokenize import run_tokenize
+    from tasks.tokenizer import run_tokenizer
+
+    root = tmp_path_factory.mktemp("prepared")
+    cfg = parse_config(tiny_dict(root))
+    run_clean(cfg.clean, root / "clean")
+    run_tokenizer(cfg.tokenizer, root / "clean", root / "tokenizer")
+    run_tokenize(cfg.tokenize, root / "clean", root / "tokenizer", root / "tokens")
+    return cfg, root

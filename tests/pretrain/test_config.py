@@ -1,0 +1,76 @@
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from pretrain.config import ConfigError, load_config, parse_config
+from tests.conftest import ROOT, tiny_dict
+
+
+@pytest.mark.parametrize("name", ["tiny", "125m", "500m", "1.5b"])
+def test_shipped_presets_validate(name):
+    cfg = load_config(ROOT / "configs" / f"{name}.yaml")
+    assert cfg.train.seq_len <= cfg.model.max_seq_len
+
+
+def test_unknown_key_is_named(tmp_path):
+    data = tiny_dict(tmp_path)
+    data["train"]["learning_rate"] = 1e-3
+    with pytest.raises(ConfigError, match=r"train\.learning_rate: unknown key"):
+        parse_config(data)
+
+
+def test_all_problems_reported_at_once(tmp_path):
+    data = tiny_dict(tmp_path)
+    data["train"]["micro_batch_sise"] = 2
+    data["clean"]["min_chars"] = -1
+    del data["model"]["dim"]
+    with pytest.raises(ConfigError) as err:
+        parse_config(data)
+    msg = str(err.value)
+    assert "3 problem(s)" in msg
+    assert "train.micro_batch_sise" in msg and "clean.min_chars" in msg and "model.dim: required" in msg
+
+
+def test_invalid_yaml_names_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nrun_root: r\nclean: [unclosed\n")
+    with pytest.raises(ConfigError, match=r"invalid YAML at line \d+"):
+        load_config(bad)
+
+
+def test_missing_file_names_fix(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist; pass --config"):
+        load_config(tmp_path / "nope.yaml")
+
+
+def test_cross_field_checks(tmp_path):
+    data = tiny_dict(tmp_path)
+    data["model"]["n_kv_heads"] = 3
+    with pytest.raises(ConfigError, match="divisible by model.n_kv_heads"):
+        parse_config(data)
+    data = tiny_dict(tmp_path)
+    data["train"]["seq_len"] = 4096
+    with pytest.raises(ConfigError, match="exceeds model.max_seq_len"):
+        parse_config(data)
+
+
+def test_config_is_frozen(tiny_cfg):
+    with pytest.raises(Exception):
+        tiny_cfg.train.steps = 5
+
+
+@pytest.mark.parametrize("content,expected", [
+    ("name: x\nrun_root: r\nbogus: 1\n", "bogus: unknown key"),
+    ("name: [\n", "invalid YAML"),
+])
+def test_cli_reports_one_clear_error(tmp_path, content, expected):
+    path = tmp_path / "c.yaml"
+    path.write_text(content)
+    proc = subprocess.run([sys.executable, "-m", "pretrain.cli", "clean", "--config", str(path)],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 2
+    assert expected in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "r").exists()

@@ -1,0 +1,65 @@
+"""The train stage with real DeepSpeed ranks (2 CPU processes, gloo, ZeRO-1)."""
+import shutil
+
+import pytest
+
+from model.checkpoint import complete_tags, read_meta
+from model.protocol import read_jsonl
+from tasks.train import TrainingFailed, deepspeed_config, launcher_command, run_train
+
+pytestmark = pytest.mark.slow
+
+
+def train(cfg, root, out, **train_overrides):
+    t = cfg.train.model_copy(update=train_overrides)
+    lines = []
+    result = run_train(cfg.model, t, root / "tokenizer", root / "tokens", out, {}, log_line=lines.append)
+    return result, lines
+
+
+def test_trains_checkpoints_and_resumes(prepared_run, tmp_path):
+    cfg, root = prepared_run
+    out = tmp_path / "train"
+    result, lines = train(cfg, root, out, steps=6, save_every=3)
+    assert result["latest_step"] == 6 and result["exit_code"] == 0
+    assert any("step 6/6" in line for line in lines)  # rank logs are streamed
+    metrics = read_jsonl(out / "metrics.jsonl")
+    assert [m["step"] for m in metrics] == [1, 2, 3, 4, 5, 6]
+    assert all(m["loss"] > 0 and m["tokens_per_s"] > 0 and "grad_norm" in m for m in metrics)
+    assert metrics[-1]["loss"] < metrics[0]["loss"]
+    ckpt_dir = out / "checkpoints"
+    assert complete_tags(ckpt_dir) == ["step_00000003", "step_00000006"]
+    global_batch = cfg.train.micro_batch_size * 2
+    assert read_meta(ckpt_dir, "step_00000006")["data_position"]["consumed_samples"] == 6 * global_batch
+
+    # a partial newer checkpoint must be ignored: resume from the newest complete one
+    shutil.copytree(ckpt_dir / "step_00000006", ckpt_dir / "step_00000099")
+    (ckpt_dir / "step_00000099" / "COMPLETE").unlink()
+    (ckpt_dir / "latest").write_text("step_00000099")
+    result, lines = train(cfg, root, out, steps=8, save_every=100)
+    assert any("resumed from step_00000006 at step 6" in line for line in lines)
+    starts = [e for e in read_jsonl(out / "events.jsonl") if e["event"] == "start"]
+    assert [e["step"] for e in starts] == [0, 6]
+    assert read_meta(ckpt_dir, "step_00000008")["data_position"]["consumed_samples"] == 8 * global_batch
+
+
+def test_crash_is_reported_with_log_and_checkpoint(prepared_run, tmp_path):
+    cfg, root = prepared_run
+    (tmp_path / "train").mkdir()
+    # break the data after the spec is written: every rank fails at start-up
+    bad_tokens = tmp_path / "tokens"
+    shutil.copytree(root / "tokens", bad_tokens)
+    (bad_tokens / "shard-00000.arrow").write_bytes(b"not arrow")
+    with pytest.raises(TrainingFailed, match=r"crashed \(exit code \d+\); see .*launcher.log"):
+        run_train(cfg.model, cfg.train, root / "tokenizer", bad_tokens, tmp_path / "train", {}, log_line=lambda _: None)
+
+
+def test_deepspeed_config_and_command(tiny_cfg, tmp_path):
+    ds = deepspeed_config(tiny_cfg.train)
+    assert ds["zero_optimization"]["stage"] == 1 and ds["bf16"]["enabled"] is False
+    assert ds["train_micro_batch_size_per_gpu"] == tiny_cfg.train.micro_batch_size
+    cmd = launcher_command(tiny_cfg.train, tmp_path / "spec.json")
+    assert cmd[-4:] == ["--module", "model.train", "--spec", str(tmp_path / "spec.json")]
+    assert "--num_gpus" in cmd
+    multi = launcher_command(tiny_cfg.train.model_copy(update={"hostfile": "hosts"}), tmp_path / "s.json")
+    assert "--hostfile" in multi and "--num_gpus" not in multi

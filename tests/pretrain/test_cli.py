@@ -1,0 +1,45 @@
+"""The `pretrain` CLI running real stage flows (Prefect starts a temporary server)."""
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT, tiny_dict
+
+pytestmark = pytest.mark.slow
+
+
+def run_cli(*args, cwd=ROOT):
+    return subprocess.run([sys.executable, "-m", "pretrain.cli", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=600)
+
+
+def test_missing_source_fails_clearly_and_writes_nothing(tmp_path):
+    data = tiny_dict(tmp_path / "run")
+    data["clean"]["sources"] = [{"path": str(tmp_path / "absent" / "*.jsonl")}]
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(data))
+    proc = run_cli("clean", "--config", str(cfg))
+    assert proc.returncode == 1
+    assert f"nothing found at {tmp_path}/absent/*.jsonl" in proc.stderr
+    assert "fix clean.sources[].path" in proc.stderr
+    assert not (tmp_path / "run" / "clean").exists()
+
+
+def test_stage_needs_previous_stage(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(tiny_dict(tmp_path / "run")))
+    proc = run_cli("tokenize", "--config", str(cfg))
+    assert proc.returncode == 1
+    assert "no complete 'clean' output" in proc.stderr and "run `pretrain clean" in proc.stderr
+    assert not (tmp_path / "run" / "tokens").exists()
+
+
+def test_clean_stage_alone(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(tiny_dict(tmp_path / "run")))
+    proc = run_cli("clean", "--config", str(cfg))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (tmp_path / "run" / "clean" / "_SUCCESS").is_file()
+    assert '"docs_in"' in proc.stdout

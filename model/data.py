@@ -39,10 +39,17 @@ class Shard:
     sources: np.ndarray      # per document
 
 
+class ShardError(ValueError):
+    """A token shard that is missing or not a readable shard file."""
+
+
 def open_shard(path: Path) -> Shard:
-    reader = pa.ipc.open_file(pa.memory_map(str(path), "r"))
+    try:
+        reader = pa.ipc.open_file(pa.memory_map(str(path), "r"))
+    except (OSError, pa.ArrowInvalid) as err:
+        raise ShardError(f"token shard {path} cannot be read ({err}); re-run `pretrain tokenize --config ...`") from None
     if reader.num_record_batches != 1:
-        raise ValueError(f"{path}: expected 1 record batch, found {reader.num_record_batches}; rewrite it with `pretrain tokenize`")
+        raise ShardError(f"{path}: expected 1 record batch, found {reader.num_record_batches}; rewrite it with `pretrain tokenize`")
     batch = reader.get_batch(0)
     col = batch.column("tokens")
     offsets = col.offsets.to_numpy(zero_copy_only=False).astype(np.int64)

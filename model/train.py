@@ -15,7 +15,7 @@ import os
 import signal
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +45,10 @@ class Spec:
         raw = json.loads(Path(path).read_text())
         return cls(ModelArgs(**raw["model"]), raw["train"], raw["deepspeed"], Path(raw["tokens_dir"]),
                    Path(raw["out_dir"]), raw["manifest_version"])
+
+
+class ResumeMismatch(RuntimeError):
+    """The newest checkpoint does not belong to this dataset or model: resuming would be wrong."""
 
 
 class StopFlag:
@@ -94,7 +98,7 @@ def save(engine, spec: Spec, step: int, sampler: GlobalSampler, tracker, rank: i
     ckpt_dir = spec.out_dir / "checkpoints"
     tag = f"step_{step:08d}"
     meta = {"step": step, "data_position": sampler.state.to_dict(), "manifest_version": spec.manifest_version,
-            "world_size": world, "rng": {"torch": int(torch.initial_seed())}}
+            "model": asdict(spec.model), "world_size": world, "rng": {"torch": int(torch.initial_seed())}}
     engine.save_checkpoint(str(ckpt_dir), tag=tag, client_state=meta, save_latest=False)
     ckpt.mark_rank_done(ckpt_dir, tag, rank)
     dist.barrier()
@@ -112,8 +116,13 @@ def resume(engine, spec: Spec, rank: int) -> tuple[int, SamplerState]:
         return 0, SamplerState()
     meta = ckpt.read_meta(ckpt_dir, tag)
     if meta["manifest_version"] != spec.manifest_version:
-        raise SystemExit(f"checkpoint {tag} was trained on dataset version {meta['manifest_version']}, the "
-                         f"tokens are now version {spec.manifest_version}; use a new train directory or re-tokenize")
+        raise ResumeMismatch(f"checkpoint {ckpt_dir / tag} was trained on dataset version {meta['manifest_version']}, "
+                             f"the tokens are now version {spec.manifest_version}; use a new run_root, or restore "
+                             f"the inputs, tokenizer and tokenize settings it was trained on")
+    if meta.get("model", asdict(spec.model)) != asdict(spec.model):
+        changed = sorted(k for k, v in asdict(spec.model).items() if meta["model"].get(k) != v)
+        raise ResumeMismatch(f"checkpoint {ckpt_dir / tag} was trained with a different model ({', '.join(changed)} "
+                             f"changed); use a new run_root or restore the model settings")
     path, _ = engine.load_checkpoint(str(ckpt_dir), tag=tag)
     if path is None:  # DeepSpeed returns (None, None) on a missing tag and would train from scratch
         raise RuntimeError(f"DeepSpeed could not load complete checkpoint {ckpt_dir / tag}")
@@ -203,6 +212,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CONFIG
     try:
         return train(spec)
+    except ResumeMismatch as err:
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        return EXIT_CONFIG
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()

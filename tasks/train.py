@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import threading
+from collections import deque
 from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
@@ -117,7 +119,8 @@ def kill_group(proc: subprocess.Popen, grace_s: float = 20.0) -> None:
         pass
 
 
-def run_launcher(cmd: list[str], env: dict[str, str], log_line: Callable[[str], None], log_path: Path) -> int:
+def run_launcher(cmd: list[str], env: dict[str, str], log_line: Callable[[str], None], log_path: Path,
+                 tail: deque | None = None) -> int:
     """Run the DeepSpeed launcher in its own session; stream its output; always reap the ranks."""
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True, preexec_fn=_die_with_parent, bufsize=1)
@@ -136,6 +139,8 @@ def run_launcher(cmd: list[str], env: dict[str, str], log_line: Callable[[str], 
             for line in proc.stdout:
                 log.write(line)
                 log_line(line.rstrip("\n"))
+                if tail is not None:
+                    tail.append(line.rstrip("\n"))
         return proc.wait()
     finally:
         kill_group(proc)
@@ -146,8 +151,9 @@ def run_launcher(cmd: list[str], env: dict[str, str], log_line: Callable[[str], 
 def run_train(model: ModelConfig, train: TrainConfig, tokenizer_dir: Path, tokens_dir: Path, out_dir: Path,
               mlflow_env: dict[str, str], log_line: Callable[[str], None] = print) -> dict:
     spec_path = write_spec(model, train, tokenizer_dir, tokens_dir, out_dir)
+    tail: deque = deque(maxlen=200)
     code = run_launcher(launcher_command(train, spec_path), launcher_env(train, mlflow_env),
-                        log_line, out_dir / "launcher.log")
+                        log_line, out_dir / "launcher.log", tail)
     ckpt_dir = out_dir / "checkpoints"
     tag = latest_complete(ckpt_dir)
     result = {"exit_code": code, "checkpoint_dir": str(ckpt_dir), "latest_checkpoint": tag,
@@ -157,4 +163,15 @@ def run_train(model: ModelConfig, train: TrainConfig, tokenizer_dir: Path, token
     what = {EXIT_STOPPED: "stopped by SIGTERM after saving a checkpoint",
             EXIT_CONFIG: "rejected its spec"}.get(code, "crashed")
     raise TrainingFailed(f"training {what} (exit code {code}); see {out_dir / 'launcher.log'}. "
-                         f"Newest complete checkpoint: {tag or 'none'}", code)
+                         f"Newest complete checkpoint: {tag or 'none'}.{rank_errors(tail)}", code)
+
+
+_RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s*")
+_ERROR_LINE = re.compile(r"^(error: |[A-Za-z_][\w.]*(Error|Exception|Invalid|Mismatch)\w*: )")
+
+
+def rank_errors(tail: deque) -> str:
+    """The ranks' own error lines, deduplicated across ranks, so the failure says why without opening the log."""
+    errors = [_RANK_PREFIX.sub("", line) for line in tail]
+    unique = list(dict.fromkeys(line for line in errors if _ERROR_LINE.match(line)))[-3:]
+    return ("\n" + "\n".join(unique)) if unique else ""

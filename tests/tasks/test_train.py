@@ -50,7 +50,7 @@ def test_crash_is_reported_with_log_and_checkpoint(prepared_run, tmp_path):
     bad_tokens = tmp_path / "tokens"
     shutil.copytree(root / "tokens", bad_tokens)
     (bad_tokens / "shard-00000.arrow").write_bytes(b"not arrow")
-    with pytest.raises(TrainingFailed, match=r"crashed \(exit code \d+\); see .*launcher.log"):
+    with pytest.raises(TrainingFailed, match=r"crashed \(exit code \d+\); see .*launcher.log[\s\S]*ShardError: token shard .*shard-00000.arrow cannot be read"):
         run_train(cfg.model, cfg.train, root / "tokenizer", bad_tokens, tmp_path / "train", {}, log_line=lambda _: None)
 
 
@@ -63,3 +63,13 @@ def test_deepspeed_config_and_command(tiny_cfg, tmp_path):
     assert "--num_gpus" in cmd
     multi = launcher_command(tiny_cfg.train.model_copy(update={"hostfile": "hosts"}), tmp_path / "s.json")
     assert "--hostfile" in multi and "--num_gpus" not in multi
+
+
+def test_resume_refuses_a_checkpoint_of_another_model(prepared_run, tmp_path):
+    cfg, root = prepared_run
+    out = tmp_path / "train"
+    train(cfg, root, out, steps=2, save_every=2)
+    wider = cfg.model.model_copy(update={"ffn_hidden": cfg.model.ffn_hidden * 2})
+    with pytest.raises(TrainingFailed, match=r"rejected its spec[\s\S]*different model \(ffn_hidden changed\)"):
+        run_train(wider, cfg.train.model_copy(update={"steps": 4}), root / "tokenizer", root / "tokens", out, {},
+                  log_line=lambda _: None)

@@ -88,18 +88,24 @@ down() {
 demo() {
   up
   deploy
-  local config="${1:-configs/tiny.yaml}"
-  "$BIN/prefect" deployment run pretrain/full -p config="$config" --watch
-  local run_root
-  run_root="$("$BIN/python" -c "import sys; from pretrain.config import load_config; print(load_config(sys.argv[1]).run_root_path())" "$config")"
+  local config="${1:-configs/tiny.yaml}" out="$STATE/logs/demo-run.log"
+  set +e
+  "$BIN/prefect" deployment run pretrain/full -p config="$config" --watch 2>&1 | tee "$out"
+  local status=${PIPESTATUS[0]}
+  set -e
+  local run_id run_root exp_id
+  run_id="$(grep -oE 'UUID: [0-9a-f-]{36}' "$out" | head -1 | cut -d' ' -f2)"
+  run_root="$(cd "$ROOT" && "$BIN/python" -c "import sys; from pretrain.config import load_config; print(load_config(sys.argv[1]).run_root_path())" "$config")"
+  exp_id="$("$BIN/python" -c "from mlflow.tracking import MlflowClient; e = MlflowClient().get_experiment_by_name('pretrain'); print(e.experiment_id if e else '')" 2>/dev/null || true)"
   cat <<MSG
 
-Demo finished.
-  Prefect UI : http://127.0.0.1:$PREFECT_PORT   (flow runs, logs, artifacts)
-  MLflow UI  : http://127.0.0.1:$MLFLOW_PORT   (experiment 'pretrain': parent run + one child per stage)
+Demo $([[ $status == 0 ]] && echo finished || echo "FAILED (exit $status)").
+  Prefect UI : http://127.0.0.1:$PREFECT_PORT/runs/flow-run/$run_id   (sub-flows, logs from every rank, artifacts)
+  MLflow UI  : http://127.0.0.1:$MLFLOW_PORT/#/experiments/$exp_id/runs   (one parent run per pipeline run, a child per stage)
   Run root   : $run_root
 Stop the services with: make stop
 MSG
+  return "$status"
 }
 
 case "${1:-}" in

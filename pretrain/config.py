@@ -123,7 +123,7 @@ class TrainConfig(Strict):
     accelerator: Literal["cpu", "cuda"] = Field("cuda", description="cpu: DS_ACCELERATOR=cpu with gloo")
     num_gpus: int = Field(1, gt=0, description="ranks per node (CPU processes when accelerator=cpu)")
     hostfile: str | None = Field(None, description="DeepSpeed hostfile for multi-node runs; None: this node only")
-    master_port: int = Field(29500, gt=1024, lt=65536)
+    master_port: int | None = Field(None, gt=1024, lt=65536, description="rendezvous port; None: a free port on the launching node")
     save_every: int = Field(100, gt=0, description="checkpoint every N steps (and at the end)")
     log_every: int = Field(1, gt=0)
     seed: int = 1234

@@ -12,6 +12,7 @@ import pyarrow.dataset as ds
 from model.data import CHANNELS, MANIFEST, shard_schema
 from pretrain.config import TokenizeConfig
 from tasks.common.outputs import require_complete, staged_output, write_json
+from tasks.common.progress import Progress
 from tasks.tokenizer import EOS, file_sha256, load_tokenizer
 
 
@@ -64,6 +65,7 @@ def run_tokenize(cfg: TokenizeConfig, clean_dir: Path, tokenizer_dir: Path, out_
     docs_by_channel: dict[str, int] = {}
     with staged_output(out_dir) as tmp:
         writer = ShardWriter(tmp, vocab, cfg.shard_max_tokens)
+        progress = Progress("tokenize", "docs")
         for batch in dataset.to_batches(columns=["text", "channel", "source"], batch_size=cfg.batch_docs):
             texts, chans, srcs = (batch.column(c).to_pylist() for c in ("text", "channel", "source"))
             for enc, channel, source in zip(tok.encode_batch(texts, add_special_tokens=False), chans, srcs):
@@ -72,7 +74,9 @@ def run_tokenize(cfg: TokenizeConfig, clean_dir: Path, tokenizer_dir: Path, out_
                 writer.add(ids, CHANNELS.index(channel), sources.setdefault(source, len(sources)))
                 tokens_by_channel[channel] = tokens_by_channel.get(channel, 0) + len(ids)
                 docs_by_channel[channel] = docs_by_channel.get(channel, 0) + 1
+            progress.add(len(texts))
         writer.flush()
+        progress.done()
         manifest = {
             "shards": writer.shards,
             "total_tokens": sum(s["tokens"] for s in writer.shards),

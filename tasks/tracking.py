@@ -11,6 +11,10 @@ from pathlib import Path
 from pretrain.config import PipelineConfig
 
 
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+MODEL_TRAINING = "custom_model_development"
+
+
 def tracking_uri(cfg: PipelineConfig) -> str:
     uri = cfg.tracking.mlflow_uri or os.environ.get("MLFLOW_TRACKING_URI")
     if not uri:
@@ -30,10 +34,15 @@ def client(uri: str):
 def experiment_id(uri: str, name: str, artifact_root: Path | None = None) -> str:
     c = client(uri)
     exp = c.get_experiment_by_name(name)
-    if exp is not None:
-        return exp.experiment_id
-    location = artifact_root.as_uri() if artifact_root and uri.startswith("sqlite") else None
-    return c.create_experiment(name, artifact_location=location)
+    if exp is None:
+        location = artifact_root.as_uri() if artifact_root and uri.startswith("sqlite") else None
+        exp_id = c.create_experiment(name, artifact_location=location)
+    else:
+        exp_id = exp.experiment_id
+    if exp is None or exp.tags.get(EXPERIMENT_KIND_TAG) != MODEL_TRAINING:
+        # MLflow 3's UI opens untagged experiments in its GenAI (traces) view
+        c.set_experiment_tag(exp_id, EXPERIMENT_KIND_TAG, MODEL_TRAINING)
+    return exp_id
 
 
 def start_run(uri: str, exp_id: str, name: str, parent_id: str | None = None, tags: dict | None = None) -> str:

@@ -20,6 +20,7 @@ from model.llama import ModelArgs
 from model.protocol import EXIT_CONFIG, EXIT_DONE, EXIT_STOPPED, SPEC_FILE
 from pretrain.config import ModelConfig, TrainConfig
 from tasks.common.outputs import read_json, require_complete
+from tasks.preflight.probe import free_port
 
 
 class TrainingFailed(RuntimeError):
@@ -75,7 +76,7 @@ def launcher_command(train: TrainConfig, spec_path: Path) -> list[str]:
     deepspeed = shutil.which("deepspeed", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
     if deepspeed is None:
         raise TrainingFailed("the `deepspeed` launcher is not installed in this environment; run `make install`", EXIT_CONFIG)
-    cmd = [deepspeed, "--master_port", str(train.master_port)]
+    cmd = [deepspeed, "--master_port", str(train.master_port or free_port())]
     if train.hostfile:
         cmd += ["--hostfile", train.hostfile]
     else:

@@ -30,7 +30,7 @@ def tiny_dict(run_root: Path, **overrides) -> dict:
         {"path": str(ROOT / "demo/corpus/paragraphs.jsonl"), "name": "demo-paragraphs", "id_field": "id"},
         {"path": "{stdlib}/json/*.py", "name": "stdlib-json", "channel_hint": "code"},
     ]
-    data["train"].update(steps=6, save_every=3, master_port=29600 + os.getpid() % 300)
+    data["train"].update(steps=6, save_every=3)
     for section, values in overrides.items():
         if isinstance(values, dict):
             data.setdefault(section, {}).update(values)

@@ -16,6 +16,7 @@ from tasks.clean.normalize import normalize_text
 from tasks.clean.readers import RawDoc, UnreadableFile, expand_source, iter_source
 from tasks.clean.rules import Doc, build_rules, first_failure
 from tasks.common.outputs import staged_output, write_json
+from tasks.common.progress import Progress
 
 KEPT_SCHEMA = pa.schema([("id", pa.string()), ("source", pa.string()), ("channel", pa.string()),
                          ("text", pa.string()), ("repaired", pa.string())])
@@ -88,8 +89,10 @@ def run_clean(cfg: CleanConfig, out_dir: Path) -> dict:
     with staged_output(out_dir) as tmp:
         kept = PartWriter(tmp / "kept", KEPT_SCHEMA, cfg.batch_size)
         rejects = PartWriter(tmp / "rejects", REJECT_SCHEMA, cfg.batch_size)
+        progress = Progress("clean", "docs")
         for source in cfg.sources:
             for raw in iter_source(source, unreadable):
+                progress.add()
                 per_source[source.source_name] += 1
                 text, channel, reason = cleaner.judge(raw)
                 repaired += raw.repaired is not None
@@ -103,6 +106,7 @@ def run_clean(cfg: CleanConfig, out_dir: Path) -> dict:
                               "text": text, "repaired": raw.repaired})
         kept.flush()
         rejects.flush()
+        progress.done()
         stats = [{"reason": r, "channel": c, "count": n} for (r, c), n in sorted(reasons.items())]
         stats += [{"reason": "kept", "channel": c, "count": n} for c, n in sorted(kept_by_channel.items())]
         pq.write_table(pa.Table.from_pylist(stats, schema=pa.schema(

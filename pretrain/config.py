@@ -30,8 +30,9 @@ class SourceConfig(Strict):
 
     path: str = Field(description="fsspec URL or glob (local path, s3://..., memory://...). "
                       "'{stdlib}' expands to this Python's standard library directory.")
-    format: Literal["auto", "jsonl", "jsonl.gz", "parquet", "text"] = Field(
-        "auto", description="auto: from the file suffix (.jsonl, .jsonl.gz, .parquet, anything else is text)")
+    format: Literal["auto", "jsonl", "jsonl.gz", "jsonl.zst", "parquet", "csv", "tsv", "text"] = Field(
+        "auto", description="auto: from the file suffix (.jsonl, .jsonl.gz, .jsonl.zst, .parquet, .csv, .tsv; anything else is text)")
+    columns: list[str] | None = Field(None, description="csv/tsv without a header row: the column names, in order")
     text_field: str = Field("text", description="column/key holding the document text (jsonl, parquet)")
     id_field: str | None = Field(None, description="column/key holding a document id; None: file:row")
     text_unit: Literal["file", "line"] = Field("file", description="text files: one document per file or per line")
@@ -46,19 +47,133 @@ class SourceConfig(Strict):
         return self.name or self.path
 
 
+RuleMode = Literal["drop", "tag", "off"]
+MODE_DOC = "drop: reject failing documents; tag: keep them, record the scores and the failure; off: skip"
+
+
+class NormalizeConfig(Strict):
+    unicode_form: Literal["NFC", "NFKC", "none"] = Field("NFC", description="Unicode normalization form")
+    fix_mojibake: bool = Field(True, description="repair mojibake (UTF-8 read as Latin-1/cp1252) with ftfy")
+    strip_control: bool = Field(True, description="remove control, zero-width and BOM characters")
+    whitespace: bool = Field(True, description="collapse spaces, unify newlines, at most one blank line (code keeps indentation)")
+    traditional_to_simplified: bool = Field(False, description="convert Traditional Chinese to Simplified (OpenCC t2s) in zh documents")
+
+
+class LengthRule(Strict):
+    mode: RuleMode = Field("drop", description=MODE_DOC)
+    min_chars: int = Field(40, ge=0, description="drop documents shorter than this after normalization")
+    max_chars: int = Field(2_000_000, gt=0, description="drop documents longer than this (a 50 MB single line, say)")
+
+
+class GarbageRule(Strict):
+    """Text that drives the loss up (mojibake, symbols) or down (runs of newlines)."""
+    mode: RuleMode = Field("drop", description=MODE_DOC)
+    max_replacement_ratio: float = Field(0.01, ge=0, le=1, description="max share of U+FFFD replacement characters")
+    max_mojibake_ratio: float = Field(0.01, ge=0, le=1, description="max share of characters typical of unrepaired mojibake")
+    max_symbol_ratio: float = Field(0.3, ge=0, le=1, description="max share of non-space characters that are not letters, digits or punctuation (prose only)")
+    max_newline_ratio: float = Field(0.25, ge=0, le=1, description="max newlines per character (prose only)")
+
+
+class GopherQualityRule(Strict):
+    """Gopher quality rules (Rae et al. 2021), English; the paper's thresholds."""
+    mode: RuleMode = Field("drop", description=MODE_DOC)
+    min_doc_words: int = 50
+    max_doc_words: int = 100_000
+    min_avg_word_length: float = 3
+    max_avg_word_length: float = 10
+    max_symbol_word_ratio: float = Field(0.1, description="'#' or ellipses per word")
+    max_bullet_lines_ratio: float = 0.9
+    max_ellipsis_lines_ratio: float = 0.3
+    min_alpha_words_ratio: float = Field(0.8, description="share of words with an alphabetic character")
+    min_stop_words: int = 2
+
+
+class GopherRepetitionRule(Strict):
+    """Gopher repetition rules; applied to en and, on characters, to zh."""
+    mode: RuleMode = Field("drop", description=MODE_DOC)
+    dup_line_frac: float = 0.3
+    dup_para_frac: float = 0.3
+    dup_line_char_frac: float = 0.2
+    dup_para_char_frac: float = 0.2
+    top_n_grams: dict[int, float] = Field(default_factory=lambda: {2: 0.2, 3: 0.18, 4: 0.16})
+    dup_n_grams: dict[int, float] = Field(default_factory=lambda: {5: 0.15, 6: 0.14, 7: 0.13, 8: 0.12, 9: 0.11, 10: 0.10})
+
+
+class C4Rule(Strict):
+    """C4 rules (Raffel et al. 2020), English: line filters that edit the text, then document checks."""
+    mode: RuleMode = Field("drop", description=MODE_DOC + " (in tag mode lines are not removed)")
+    remove_citations: bool = True
+    drop_lines_without_terminal_punct: bool = True
+    min_words_per_line: int = 3
+    max_word_length: int = 1000
+    drop_javascript_lines: bool = True
+    drop_policy_lines: bool = True
+    min_num_sentences: int = 5
+    reject_lorem_ipsum: bool = True
+    reject_curly_bracket: bool = True
+
+
+class FineWebRule(Strict):
+    """FineWeb's own rules (Penedo et al. 2024), English."""
+    mode: RuleMode = Field("drop", description=MODE_DOC)
+    line_punct_thr: float = Field(0.12, description="min share of lines ending in terminal punctuation")
+    short_line_thr: float = Field(0.67, description="max share of lines of at most short_line_length chars")
+    short_line_length: int = 30
+    char_duplicates_ratio: float = Field(0.01, description="max share of characters in duplicated lines")
+    new_line_ratio: float = Field(0.3, description="max newlines per word")
+
+
+class ChineseRule(Strict):
+    """Character-based equivalents for Chinese."""
+    mode: RuleMode = Field("drop", description=MODE_DOC)
+    min_cjk_chars: int = Field(20, ge=0, description="minimum number of CJK characters")
+    min_cjk_ratio: float = Field(0.3, ge=0, le=1, description="minimum share of CJK among non-space characters")
+    min_punct_per_kchar: float = Field(5.0, ge=0, description="minimum CJK/ASCII punctuation marks per 1000 characters (run-on or keyword-stuffed text has none)")
+    top_char_ngram: dict[int, float] = Field(default_factory=lambda: {2: 0.2, 4: 0.16},
+                                             description="max share of text covered by the most frequent character n-gram")
+    dup_char_ngram: dict[int, float] = Field(default_factory=lambda: {10: 0.15, 20: 0.10},
+                                             description="max share of text inside repeated character n-grams")
+
+
+class CodeRule(Strict):
+    mode: RuleMode = Field("drop", description=MODE_DOC)
+    max_line_chars: int = Field(1000, gt=0, description="longest line (minified or data files)")
+    max_mean_line_chars: float = Field(100, gt=0)
+    min_alnum_ratio: float = Field(0.25, ge=0, le=1, description="minimum share of alphanumeric characters")
+    generated_markers: list[str] = Field(default_factory=lambda: [
+        "auto-generated", "autogenerated", "do not edit", "generated by", "@generated"],
+        description="case-insensitive markers in the first 10 lines of generated files")
+
+
+class DirtyRule(Strict):
+    """Porn / gambling / spam lexicons and URL/domain blocklists, with a density threshold."""
+    mode: RuleMode = Field("drop", description=MODE_DOC)
+    lexicons: list[str] = Field(default_factory=list, description="extra term lists (one term per line; 'term<TAB>weight' allowed), added to the built-in ones")
+    domain_blocklists: list[str] = Field(default_factory=list, description="extra domain lists (one domain per line), added to the built-in one")
+    min_score: float = Field(2.0, ge=0, description="reject when the weighted hit count reaches this ...")
+    min_score_per_kchar: float = Field(2.0, ge=0, description="... and the weighted hits per 1000 characters reach this")
+
+
+class RulesConfig(Strict):
+    length: LengthRule = LengthRule()
+    garbage: GarbageRule = GarbageRule()
+    gopher_quality: GopherQualityRule = GopherQualityRule()
+    gopher_repetition: GopherRepetitionRule = GopherRepetitionRule()
+    c4: C4Rule = C4Rule()
+    fineweb: FineWebRule = FineWebRule()
+    chinese: ChineseRule = ChineseRule()
+    code: CodeRule = CodeRule()
+    dirty: DirtyRule = DirtyRule()
+
+
 class CleanConfig(Strict):
     sources: list[SourceConfig] = Field(min_length=1)
-    min_chars: int = Field(40, ge=0, description="drop documents shorter than this after normalization")
-    max_chars: int = Field(2_000_000, gt=0, description="drop documents longer than this")
-    min_words_en: int = Field(8, ge=0, description="en: minimum number of words")
-    max_symbol_ratio: float = Field(0.3, ge=0, le=1, description="max share of chars that are neither letters, digits, CJK, whitespace nor common punctuation")
-    max_duplicate_line_ratio: float = Field(0.3, ge=0, le=1, description="max share of lines that repeat another line")
-    min_cjk_ratio_zh: float = Field(0.3, ge=0, le=1, description="zh: minimum share of CJK characters")
-    max_code_line_chars: int = Field(1000, gt=0, description="code: drop files whose longest line is longer (minified/generated)")
-    lexicons: list[str] = Field(default_factory=list, description="extra dirty-word lists (one term per line), added to the built-in ones")
-    max_lexicon_hits_per_kchar: float = Field(2.0, ge=0, description="drop a document with more dirty-term hits per 1000 chars")
-    min_lexicon_hits: int = Field(2, ge=1, description="... and at least this many hits in all")
-    batch_size: int = Field(2000, gt=0, description="documents per output batch")
+    normalize: NormalizeConfig = NormalizeConfig()
+    rules: RulesConfig = RulesConfig()
+    keep_channels: list[Literal["zh", "en", "code", "other"]] = Field(
+        default_factory=lambda: ["zh", "en", "code"], description="channels kept; others are rejected as unsupported_language")
+    reject_samples_per_reason: int = Field(20, ge=0, description="rejected documents kept per reason in samples.parquet for review")
+    batch_size: int = Field(2000, gt=0, description="documents per output Parquet part")
 
 
 class TokenizerConfig(Strict):

@@ -1,60 +1,130 @@
-"""Per-document features, computed once and shared by every rule."""
+"""Per-document features, computed once (lazily) and shared by every rule."""
 from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass
 from functools import cached_property
 
 _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
-_WORD = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)?")
+_TOKEN = re.compile(r"\w+(?:['’]\w+)*|[^\w\s]")
+_PUNCT_MARK = re.compile(r"[，。！？；：、,.!?;:]")
 _CODE_SIGNALS = re.compile(
     r"^\s*(def |class |import |from \S+ import|#include|public |private |function |return\b|if .*:$|for .*:$|"
     r"[{}];?$|//|/\*|\*/|#!/)", re.M)
 _PLAIN = re.compile(r"[\w\s\u3000-\u303f\uff00-\uffef.,;:!?'\"()\[\]\-–—…“”‘’、，。！？；：（）《》]")
+# Byte sequences that UTF-8 text takes on when read as Latin-1 / cp1252 and left unrepaired
+_MOJIBAKE = re.compile(r"Ã[\u0080-\u00bf]|Â[\u0080-\u00bf]|â€[\u0080-\u00bf™œž\u201a-\u201e\u2020-\u2022\u2026]|ï¿½|æ[\u0080-\u00bf][\u0080-\u00bf]")
+TERMINAL_PUNCT = (".", "?", "!", '"', "'", "。", "！", "？", "”", "…")
 
 
-@dataclass
+def find_duplicates(items: list[str]) -> tuple[int, int]:
+    """(repeated elements, characters in repeated elements), first occurrences excluded."""
+    seen: set[str] = set()
+    dup, dup_chars = 0, 0
+    for item in items:
+        if item in seen:
+            dup += 1
+            dup_chars += len(item)
+        else:
+            seen.add(item)
+    return dup, dup_chars
+
+
+def top_ngram_chars(units: list[str], n: int, joiner: str = " ") -> int:
+    """Characters covered by the most frequent n-gram (its length times its count)."""
+    if len(units) < n:
+        return 0
+    grams = Counter(joiner.join(units[i:i + n]) for i in range(len(units) - n + 1))
+    gram, count = grams.most_common(1)[0]
+    return len(gram) * count if count > 1 else 0
+
+
+def dup_ngram_chars(units: list[str], n: int) -> int:
+    """Characters inside n-grams that already occurred (non-overlapping), as in Gopher."""
+    seen: set[tuple] = set()
+    repeated, i = 0, 0
+    while i <= len(units) - n:
+        gram = tuple(units[i:i + n])
+        if gram in seen:
+            repeated += sum(len(u) for u in gram)
+            i += n
+        else:
+            seen.add(gram)
+            i += 1
+    return repeated
+
+
 class DocFeatures:
-    text: str
+    def __init__(self, text: str):
+        self.text = text
 
     @cached_property
     def n_chars(self) -> int:
         return len(self.text)
 
     @cached_property
+    def n_non_space(self) -> int:
+        return sum(1 for c in self.text if not c.isspace())
+
+    @cached_property
+    def raw_lines(self) -> list[str]:
+        return self.text.split("\n")
+
+    @cached_property
     def lines(self) -> list[str]:
-        return [line for line in self.text.split("\n") if line.strip()]
+        return [line.strip() for line in self.raw_lines if line.strip()]
+
+    @cached_property
+    def paragraphs(self) -> list[str]:
+        return [p for p in re.split(r"\n{2,}", self.text.strip()) if p]
+
+    @cached_property
+    def tokens(self) -> list[str]:
+        """Words and punctuation marks (each mark its own token), as a word tokenizer would split."""
+        return _TOKEN.findall(self.text)
 
     @cached_property
     def words(self) -> list[str]:
-        return _WORD.findall(self.text)
+        """Tokens that are not pure punctuation."""
+        return [t for t in self.tokens if any(c.isalnum() for c in t)]
+
+    @cached_property
+    def cjk_chars(self) -> list[str]:
+        return _CJK.findall(self.text)
 
     @cached_property
     def cjk_ratio(self) -> float:
-        non_space = sum(1 for c in self.text if not c.isspace()) or 1
-        return len(_CJK.findall(self.text)) / non_space
+        return len(self.cjk_chars) / max(self.n_non_space, 1)
+
+    @cached_property
+    def punct_marks(self) -> int:
+        return len(_PUNCT_MARK.findall(self.text))
 
     @cached_property
     def symbol_ratio(self) -> float:
-        non_space = sum(1 for c in self.text if not c.isspace()) or 1
-        plain = len(_PLAIN.findall(self.text)) - sum(1 for c in self.text if c.isspace())
-        return max(0, non_space - plain) / non_space
+        plain_non_space = len(_PLAIN.findall(self.text)) - (self.n_chars - self.n_non_space)
+        return max(0, self.n_non_space - plain_non_space) / max(self.n_non_space, 1)
 
     @cached_property
-    def duplicate_line_ratio(self) -> float:
-        if len(self.lines) < 3:
-            return 0.0
-        counts = Counter(line.strip() for line in self.lines)
-        repeated = sum(c - 1 for c in counts.values() if c > 1)
-        return repeated / len(self.lines)
+    def replacement_ratio(self) -> float:
+        return self.text.count("\ufffd") / max(self.n_chars, 1)
+
+    @cached_property
+    def mojibake_ratio(self) -> float:
+        return sum(len(m) for m in _MOJIBAKE.findall(self.text)) / max(self.n_chars, 1)
+
+    @cached_property
+    def newline_ratio(self) -> float:
+        return self.text.count("\n") / max(self.n_chars, 1)
 
     @cached_property
     def code_line_ratio(self) -> float:
-        if not self.lines:
-            return 0.0
-        return len(_CODE_SIGNALS.findall(self.text)) / len(self.lines)
+        return len(_CODE_SIGNALS.findall(self.text)) / max(len(self.lines), 1) if self.lines else 0.0
 
     @cached_property
     def max_line_chars(self) -> int:
-        return max((len(line) for line in self.lines), default=0)
+        return max((len(line) for line in self.raw_lines), default=0)
+
+    @cached_property
+    def alnum_ratio(self) -> float:
+        return sum(1 for c in self.text if c.isalnum()) / max(self.n_chars, 1)

@@ -1,8 +1,11 @@
-"""Text normalization applied to every document before any rule sees it."""
+"""Text normalization, each step switchable in clean.normalize."""
 from __future__ import annotations
 
 import re
 import unicodedata
+from functools import lru_cache
+
+from pretrain.config import NormalizeConfig
 
 # C0/C1 controls except tab and newline; zero-width and BOM characters.
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u200b\u200c\u200d\u2060\ufeff]")
@@ -10,17 +13,40 @@ _SPACES = re.compile(r"[ \t\u00a0\u3000]+")
 _MANY_NEWLINES = re.compile(r"\n{3,}")
 
 
-def normalize_text(text: str, keep_indentation: bool = False) -> str:
-    """NFC, newline unification, control-character stripping, whitespace collapsing.
+def repair_mojibake(text: str) -> str:
+    import ftfy  # only the encoding repair: no quote uncurling or other rewrites
 
-    Code keeps its indentation and inner spacing (keep_indentation), since
-    whitespace is syntax there; prose gets runs of spaces collapsed.
-    """
-    text = unicodedata.normalize("NFC", text)
-    text = text.replace("\r\n", "\n").replace("\r", "\n")
-    text = _CONTROL.sub("", text)
-    if keep_indentation:
-        lines = [line.rstrip() for line in text.split("\n")]
-    else:
-        lines = [_SPACES.sub(" ", line).strip() for line in text.split("\n")]
-    return _MANY_NEWLINES.sub("\n\n", "\n".join(lines)).strip("\n")
+    return ftfy.fix_encoding(text)
+
+
+@lru_cache(maxsize=1)
+def _t2s():
+    import opencc
+
+    return opencc.OpenCC("t2s")
+
+
+def to_simplified(text: str) -> str:
+    return _t2s().convert(text)
+
+
+def normalize_text(text: str, cfg: NormalizeConfig = NormalizeConfig(), keep_indentation: bool = False) -> tuple[str, list[str]]:
+    """(normalized text, names of the repairs that changed it)."""
+    repairs = []
+    if cfg.fix_mojibake:
+        fixed = repair_mojibake(text)
+        if fixed != text:
+            repairs.append("mojibake")
+            text = fixed
+    if cfg.unicode_form != "none":
+        text = unicodedata.normalize(cfg.unicode_form, text)
+    if cfg.strip_control:
+        text = _CONTROL.sub("", text.replace("\r\n", "\n").replace("\r", "\n"))
+    if cfg.whitespace:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+        if keep_indentation:
+            lines = [line.rstrip() for line in text.split("\n")]
+        else:
+            lines = [_SPACES.sub(" ", line).strip() for line in text.split("\n")]
+        text = _MANY_NEWLINES.sub("\n\n", "\n".join(lines)).strip("\n")
+    return text, repairs

@@ -6,6 +6,7 @@ and a file it cannot read at all is reported by name in UnreadableFile.
 """
 from __future__ import annotations
 
+import csv
 import gzip
 import io
 import json
@@ -14,6 +15,7 @@ from typing import Iterator
 
 import fsspec
 import pyarrow.parquet as pq
+import zstandard
 
 from pretrain.config import SourceConfig
 
@@ -57,12 +59,11 @@ def expand_source(source: SourceConfig) -> tuple[fsspec.AbstractFileSystem, list
 def detect_format(path: str, declared: str) -> str:
     if declared != "auto":
         return declared
-    if path.endswith(".jsonl.gz") or path.endswith(".json.gz"):
-        return "jsonl.gz"
-    if path.endswith(".jsonl") or path.endswith(".json"):
-        return "jsonl"
-    if path.endswith(".parquet"):
-        return "parquet"
+    for suffix, fmt in ((".jsonl.gz", "jsonl.gz"), (".json.gz", "jsonl.gz"), (".jsonl.zst", "jsonl.zst"),
+                        (".json.zst", "jsonl.zst"), (".jsonl", "jsonl"), (".json", "jsonl"),
+                        (".parquet", "parquet"), (".csv", "csv"), (".tsv", "tsv")):
+        if path.endswith(suffix):
+            return fmt
     return "text"
 
 
@@ -116,6 +117,47 @@ def _read_parquet(f, source: SourceConfig, path: str) -> Iterator[RawDoc]:
             row += 1
 
 
+def _zstd_lines(f, chunk_size: int = 1 << 20) -> Iterator[bytes]:
+    """Lines of a (multi-frame) zstd stream; raises EOFError when it ends mid-frame.
+
+    zstandard's stream_reader returns a truncated stream as a short one without
+    error, which would lose documents silently.
+    """
+    dobj, pending, frame_open = zstandard.ZstdDecompressor().decompressobj(), b"", False
+    while chunk := f.read(chunk_size):
+        while chunk:
+            pending += dobj.decompress(chunk)
+            frame_open = not dobj.eof
+            chunk = dobj.unused_data if dobj.eof else b""
+            if dobj.eof:
+                dobj = zstandard.ZstdDecompressor().decompressobj()
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            yield line + b"\n"
+    if frame_open:
+        raise EOFError("zstd stream ends in the middle of a frame (truncated file)")
+    if pending:
+        yield pending
+
+
+def _read_delimited(f, source: SourceConfig, path: str, delimiter: str) -> Iterator[RawDoc]:
+    """CSV/TSV with a header row, or with source.columns naming the columns of a headerless file."""
+    text_stream = io.TextIOWrapper(f, encoding="utf-8", errors="replace", newline="")
+    csv.field_size_limit(2**31 - 1)  # a 50 MB cell is read, then judged by the length rule
+    reader = csv.reader(text_stream, delimiter=delimiter, quoting=csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL)
+    header = list(source.columns) if source.columns else next(reader, None)
+    if header is None:
+        return
+    if source.text_field not in header:
+        raise SourceError(f"{path}: no column {source.text_field!r} (columns: {header}); set text_field, or "
+                          f"columns for a file without a header row, in source '{source.source_name}'")
+    for rowno, row in enumerate(reader, start=1):
+        if len(row) != len(header):
+            yield RawDoc(f"{path}:{rowno}", "", source.source_name, source.channel_hint, problem="wrong_column_count")
+            continue
+        yield _record_doc(dict(zip(header, row)), source, f"{path}:{rowno}")
+
+
 def _read_text(f, source: SourceConfig, path: str) -> Iterator[RawDoc]:
     if source.text_unit == "file":
         text, repaired = _decode(f.read())
@@ -135,6 +177,10 @@ def read_file(fs: fsspec.AbstractFileSystem, path: str, source: SourceConfig) ->
         if fmt == "jsonl.gz":
             with gzip.open(f) as gz:
                 yield from _read_jsonl(gz, source, path)
+        elif fmt == "jsonl.zst":
+            yield from _read_jsonl(_zstd_lines(f), source, path)
+        elif fmt in ("csv", "tsv"):
+            yield from _read_delimited(f, source, path, "," if fmt == "csv" else "\t")
         elif fmt == "jsonl":
             yield from _read_jsonl(f, source, path)
         elif fmt == "parquet":
@@ -158,5 +204,5 @@ def iter_source(source: SourceConfig, unreadable: list[UnreadableFile]) -> Itera
                 yield doc
         except SourceError:
             raise
-        except (OSError, EOFError, ValueError) as err:
+        except (OSError, EOFError, ValueError, zstandard.ZstdError) as err:
             unreadable.append(UnreadableFile(path, f"{type(err).__name__}: {err}", count))

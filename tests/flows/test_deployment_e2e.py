@@ -78,7 +78,7 @@ def test_full_deployment_end_to_end(stack, tmp_path):
 
     clean = read_json(root / "clean" / "manifest.json")
     assert clean["docs_in"] == clean["kept"] + clean["rejected"]
-    assert clean["rejected_by_reason"]["exact_duplicate"] == 3 and clean["rejected_by_reason"]["dirty_lexicon"] == 4
+    assert clean["rejected_by_reason"]["exact_duplicate"] == 3 and clean["rejected_by_reason"]["dirty_content"] == 4
 
     tok = load_tokenizer(root / "tokenizer")
     sample = "预训练流水线 pretraining pipeline 3.14159\n    def f(): pass"

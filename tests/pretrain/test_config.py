@@ -24,13 +24,13 @@ def test_unknown_key_is_named(tmp_path):
 def test_all_problems_reported_at_once(tmp_path):
     data = tiny_dict(tmp_path)
     data["train"]["micro_batch_sise"] = 2
-    data["clean"]["min_chars"] = -1
+    data["clean"]["rules"]["length"] = {"min_chars": -1}
     del data["model"]["dim"]
     with pytest.raises(ConfigError) as err:
         parse_config(data)
     msg = str(err.value)
     assert "3 problem(s)" in msg
-    assert "train.micro_batch_sise" in msg and "clean.min_chars" in msg and "model.dim: required" in msg
+    assert "train.micro_batch_sise" in msg and "clean.rules.length.min_chars" in msg and "model.dim: required" in msg
 
 
 def test_invalid_yaml_names_line(tmp_path):

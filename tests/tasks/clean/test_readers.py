@@ -67,3 +67,44 @@ def test_fsspec_memory_url():
 def test_missing_source_names_path_and_fix(tmp_path):
     with pytest.raises(SourceError, match=r"nothing found at .*nope.*fix clean.sources"):
         read_all(SourceConfig(path=str(tmp_path / "nope" / "*.jsonl")))
+
+
+def test_csv_with_header_and_quoted_newlines(tmp_path):
+    path = tmp_path / "a.csv"
+    path.write_text('id,review\n1,"good hotel, clean room"\n2,"two\nlines"\n3,too,many\n')
+    docs, _ = read_all(SourceConfig(path=str(path), text_field="review", id_field="id"))
+    assert [(d.doc_id, d.text, d.problem) for d in docs] == [
+        ("1", "good hotel, clean room", None), ("2", "two\nlines", None), (f"{path}:3", "", "wrong_column_count")]
+
+
+def test_tsv_without_header_uses_named_columns(tmp_path):
+    path = tmp_path / "a.tsv"
+    path.write_text('spam\tWIN a "free" prize now\nham\tsee you at 5\n')
+    docs, _ = read_all(SourceConfig(path=str(path), columns=["label", "text"]))
+    assert [d.text for d in docs] == ['WIN a "free" prize now', "see you at 5"]
+    with pytest.raises(SourceError, match="no column 'text'.*columns for a file without a header"):
+        read_all(SourceConfig(path=str(path)))
+
+
+def test_jsonl_zst_and_truncated_zst(tmp_path):
+    import zstandard
+
+    payload = b"".join(json.dumps({"text": f"document {i}"}).encode() + b"\n" for i in range(1000))
+    good, bad = tmp_path / "a.jsonl.zst", tmp_path / "b.jsonl.zst"
+    good.write_bytes(zstandard.ZstdCompressor().compress(payload))
+    bad.write_bytes(good.read_bytes()[:200])
+    docs, unreadable = read_all(SourceConfig(path=str(good)))
+    assert len(docs) == 1000 and unreadable == []
+    docs, unreadable = read_all(SourceConfig(path=str(bad)))
+    assert len(unreadable) == 1 and unreadable[0].docs_read_before_error == len(docs)
+
+
+def test_fifty_megabyte_single_line_is_judged_not_fatal(tmp_path):
+    from pretrain.config import CleanConfig
+    from tasks.clean.stage import run_clean
+
+    path = tmp_path / "big.jsonl"
+    with open(path, "w") as f:
+        f.write(json.dumps({"text": "spam " * 10_000_000}) + "\n")
+    m = run_clean(CleanConfig(sources=[SourceConfig(path=str(path))]), tmp_path / "clean")
+    assert m["docs_in"] == 1 and m["rejected_by_reason"] == {"too_long": 1}

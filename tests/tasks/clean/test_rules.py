@@ -1,56 +1,152 @@
-from pretrain.config import CleanConfig, SourceConfig
+"""Each rule family on hand-made documents that sit just inside and just outside its thresholds."""
+import pytest
+
+from pretrain.config import NormalizeConfig, RulesConfig
 from tasks.clean.channel import detect_channel
-from tasks.clean.features import DocFeatures
-from tasks.clean.lexicon import Lexicon, builtin_lexicon_paths
-from tasks.clean.normalize import normalize_text
-from tasks.clean.rules import Doc, build_rules, first_failure
+from tasks.clean.features import DocFeatures, dup_ngram_chars, find_duplicates, top_ngram_chars
+from tasks.clean.normalize import normalize_text, to_simplified
+from tasks.clean.rules import Doc, build_rules, judge_rules
+from tasks.clean.rules.dirty import DomainBlocklist, Lexicon
+from tasks.clean.rules.english import c4_filter_lines
 
-CFG = CleanConfig(sources=[SourceConfig(path="x")])
-RULES = build_rules(CFG, Lexicon.from_paths(builtin_lexicon_paths()))
+EN_GOOD = ("The lighthouse keeper climbed the spiral stairs every evening at dusk. He wound the clockwork that "
+           "turned the great lens and trimmed the wick. He wrote the weather in a leather logbook with care. Ships "
+           "passing the rocky point relied on that steady beam to find the channel. In winter the storms were "
+           "long and the nights were cold, but the light never failed the fishermen of the bay.")
+ZH_GOOD = ("清晨的菜市场总是最热闹的地方。卖豆腐的阿姨把刚做好的豆腐摆在木板上，冒着淡淡的热气；隔壁的鱼摊老板一边吆喝，"
+           "一边熟练地刮着鳞片。买菜的老人们提着布袋，慢慢地比较着每一家的价格，偶尔和摊主聊上几句家常。")
+CODE_GOOD = "import os\n\n\ndef main():\n    for name in os.listdir('.'):\n        print(name)\n    return 0\n"
 
 
-def judge(text: str, hint=None) -> tuple[str, str | None]:
-    text = normalize_text(text, keep_indentation=hint == "code")
+def judge(text, channel=None, **rules):
+    cfg = RulesConfig.model_validate(rules)
     feats = DocFeatures(text)
-    channel = detect_channel(feats, hint)
-    return channel, first_failure(RULES, Doc(text, channel, feats))
+    channel = channel or detect_channel(feats)
+    return judge_rules(build_rules(cfg), Doc(text, channel, feats))
 
 
-def test_normalize():
-    assert normalize_text("a\u200b b\r\n\r\n\r\n\r\nc\x00  d\u3000e") == "a b\n\nc d e"
-    assert normalize_text("def f():\r\n    return 1  \n", keep_indentation=True) == "def f():\n    return 1"
+def reason(text, channel=None, **rules):
+    j = judge(text, channel, **rules)
+    return j.failure.reason if j.failure else None
+
+
+@pytest.mark.parametrize("text,channel", [(EN_GOOD, "en"), (ZH_GOOD, "zh"), (CODE_GOOD, "code")])
+def test_clean_documents_pass_every_rule(text, channel):
+    assert reason(text, channel) is None
+
+
+def test_length():
+    assert reason("too short", "en") == "too_short"
+    assert reason(EN_GOOD, "en", length={"max_chars": 100}) == "too_long"
+
+
+def test_garbage():
+    assert reason("!!! ??? ... ,,, ;;; !!! ??? ... ,,, ;;; !!! ??? ... ,,, ;;;", "other") == "only_punctuation"
+    assert reason(EN_GOOD.replace("e", "\ufffd", 20), "en") == "garbage_replacement_ratio"
+    assert reason(EN_GOOD.replace("the", "thÃ©"), "en") == "garbage_mojibake_ratio"
+    assert reason(EN_GOOD + " ### @@@ ^^^ ~~~ |||" * 30, "en") == "garbage_symbol_ratio"
+    assert reason(EN_GOOD + "\n" * 200, "en") == "garbage_newline_ratio"
+    symbol_heavy_code = "settings = {'alpha': [10, 20], 'beta': {'gamma': 4}}  # ~~ @@ ^^ $$\n" * 10 + CODE_GOOD
+    assert judge(symbol_heavy_code, "code").scores == {} and reason(symbol_heavy_code, "code") is None
+
+
+def test_gopher_quality():
+    assert reason(" ".join(EN_GOOD.split()[:30]) + ".", "en") == "gopher_short_doc"
+    assert reason(EN_GOOD.replace(".", " # ", 3) + " #" * 40, "en") == "gopher_too_many_hashes"
+    assert reason("\n".join("- " + line for line in EN_GOOD.split(". ")), "en", c4={"mode": "off"},
+                  fineweb={"mode": "off"}) == "gopher_too_many_bullets"
+    no_stops = " ".join(w for w in EN_GOOD.split() if w.lower().strip(".,") not in {"the", "and", "to", "of", "with", "that"})
+    assert reason(no_stops, "en", gopher_quality={"min_doc_words": 10}) == "gopher_not_enough_stop_words"
+    long_words = " ".join(f"incomprehensibilities{i:03d}" for i in range(80))
+    assert reason(long_words + ". " + EN_GOOD, "en") == "gopher_avg_word_length"
+
+
+def test_gopher_repetition():
+    assert reason("\n".join([EN_GOOD[:80] + "."] * 6 + [EN_GOOD]), "en") == "gopher_repetition_dup_line_frac"
+    assert reason(EN_GOOD + " " + " ".join(["the lens and the wick"] * 12), "en").startswith("gopher_repetition_")
+
+
+def test_repetition_helpers():
+    assert find_duplicates(["a", "b", "a", "a"]) == (2, 2)
+    assert top_ngram_chars(["a", "b", "a", "b"], 2) == len("a b") * 2
+    assert dup_ngram_chars(list("abcabc"), 3) == 3
+
+
+def test_c4_line_filters_and_document_checks():
+    text = "Home | About | Contact\n" + EN_GOOD + "\nThis site uses cookies to improve your experience.\nShare"
+    kept, removed = c4_filter_lines(text, RulesConfig().c4)
+    assert kept == EN_GOOD and removed["no_terminal_punct"] == 2 and removed["policy"] == 1
+    assert reason("Lorem ipsum dolor sit amet. " + EN_GOOD, "en") == "c4_lorem_ipsum"
+    assert reason(EN_GOOD + " Use {braces} here.", "en") == "c4_curly_bracket"
+    assert reason(EN_GOOD.split(". ")[0] + ". " + EN_GOOD.split(". ")[1] + ".", "en",
+                  gopher_quality={"mode": "off"}) == "c4_too_few_sentences"
+
+
+def test_fineweb():
+    listy = "\n".join(f"Item {i} in the list of things to buy" for i in range(40)) + "\n" + EN_GOOD
+    assert reason(listy, "en", c4={"mode": "off"}, gopher_repetition={"mode": "off"}) == "fineweb_line_punct_ratio"
+    short = "\n".join(["The old cat sat on a mat.", "A dog ran in the park.", "We ate fish and rice."] * 10) + "\n" + EN_GOOD
+    assert reason(short, "en", c4={"mode": "off"}, gopher_repetition={"mode": "off"}) == "fineweb_short_line_ratio"
+
+
+def test_chinese():
+    assert reason("ABC def 中文 " * 10, "zh") == "zh_low_cjk_ratio"
+    assert reason("今天天气很好我们去公园散步然后回家吃饭晚上看电视节目非常开心明天继续努力工作学习" * 2, "zh") == "zh_too_little_punctuation"
+    assert reason("点击领取大奖，" * 30, "zh", dirty={"mode": "off"}) == "zh_repeated_char_ngram"
+
+
+def test_code():
+    assert reason("x = 1\n" + "y = [" + "1, " * 600 + "]\n", "code") == "code_line_too_long"
+    assert reason("# Code generated by protoc. DO NOT EDIT.\n" + CODE_GOOD, "code") == "code_generated_file"
+    assert reason("\n".join(["a = {} ( ) ; ; ; [] <> ;"] * 20), "code") == "code_low_alnum_ratio"
+
+
+def test_dirty_lexicon_density_not_single_hit():
+    mention = ("The city council debated a proposal to license a casino near the harbour, but most residents who "
+               "spoke at the meeting were more worried about traffic and the loss of the old fish market.")
+    assert reason(mention, "en", gopher_quality={"mode": "off"}, c4={"mode": "off"}) is None
+    spam = "Online casino bonus with free spins! Sports betting jackpot, bet now and claim your prize."
+    assert judge(spam, "en").failure.reason == "dirty_content"
+    assert reason("网上赌博平台真人荷官在线发牌，百家乐、六合彩、时时彩全天开放！首存送彩金，加微信领取", "zh") == "dirty_content"
+
+
+def test_lexicon_matching():
+    lex = Lexicon({"porn": 1.0, "赌场": 1.0, "free spins": 2.0, "spin": 1.0})
+    assert lex.hits("pornography and porn") == [("porn", 1.0)]
+    assert lex.hits("他去了赌场。") == [("赌场", 1.0)]
+    assert lex.hits("Get FREE SPINS now") == [("free spins", 2.0)]  # longest match, not also 'spin'
+
+
+def test_domain_blocklist_matches_subdomains_only_on_boundaries():
+    block = DomainBlocklist({"bet365.com"})
+    assert block.hits("visit https://www.bet365.com/promo now") == ["www.bet365.com"]
+    assert block.hits("see m.sports.bet365.com") == ["m.sports.bet365.com"]
+    assert block.hits("notbet365.com and bet365.com.evil.org") == []
+
+
+def test_tag_mode_keeps_the_document_with_scores_and_flag():
+    j = judge("too short", "en", length={"mode": "tag"}, garbage={"mode": "off"}, gopher_quality={"mode": "off"},
+              gopher_repetition={"mode": "off"}, c4={"mode": "off"}, fineweb={"mode": "off"})
+    assert j.failure is None
+    assert j.flags == ["length:too_short"] and j.scores["length.chars"] == 9.0
+
+
+def test_off_mode_skips_the_rule():
+    assert reason("too short", "en", length={"mode": "off"}, gopher_quality={"mode": "off"}, c4={"mode": "off"},
+                  fineweb={"mode": "off"}) is None
+
+
+def test_normalization_steps():
+    text, repairs = normalize_text("cafÃ©\u200b  and\r\n\r\n\r\n\r\nmore\x00")
+    assert text == "café and\n\nmore" and repairs == ["mojibake"]
+    assert normalize_text("cafÃ©", NormalizeConfig(fix_mojibake=False))[0] == "cafÃ©"
+    assert normalize_text("ｆｕｌｌ", NormalizeConfig(unicode_form="NFKC"))[0] == "full"
+    assert normalize_text("def f():\r\n    return 1  \n", keep_indentation=True)[0] == "def f():\n    return 1"
+    assert to_simplified("漢字轉換測試") == "汉字转换测试"
 
 
 def test_channels():
-    assert judge("今天天气很好，我们一起去公园散步，然后在湖边的茶馆里喝茶聊天，一直坐到太阳落山。")[0] == "zh"
-    assert judge("The committee met on Tuesday to review the budget for the new library wing and agreed.")[0] == "en"
-    code = "import os\n\ndef main():\n    for x in range(3):\n        print(x)\n    return 0\n"
-    assert judge(code)[0] == "code"
-
-
-def test_clean_prose_is_kept():
-    assert judge("A good recipe for bread needs only flour, water, salt and yeast, but the method matters more.")[1] is None
-
-
-def test_dirty_and_garbage_are_rejected_with_reasons():
-    assert judge("网上赌博平台真人荷官在线发牌，百家乐、六合彩、时时彩全天开放！首存送彩金，加微信领取")[1] == "dirty_lexicon"
-    assert judge("Online casino bonus with free spins! Sports betting jackpot, bet now and claim your prize.")[1] == "dirty_lexicon"
-    assert judge("$$$ ### @@@ !!! *** ~~~ ^^^ %%% &&& $$$ ### @@@ !!! *** ~~~ ^^^ hello there")[1] in ("too_many_symbols", "unsupported_language")
-    assert judge("short")[1] == "too_short"
-    assert judge("\n".join(["Buy now at the best price today."] * 10))[1] == "repeated_lines"
-
-
-def test_single_mention_is_not_dirty():
-    text = ("The city council debated a proposal to license a casino near the harbour, but most residents who "
-            "spoke at the meeting were more worried about traffic and the loss of the old fish market.")
-    assert judge(text)[1] is None
-
-
-def test_minified_code_rejected():
-    assert judge("var a=1;" * 300 + "\nfunction f(){return 1;}\n}\n", hint="code")[1] == "code_line_too_long"
-
-
-def test_lexicon_word_boundaries():
-    lex = Lexicon(["porn", "赌场"])
-    assert lex.hits("pornography and porn") == ["porn"]
-    assert lex.hits("他去了赌场。") == ["赌场"]
+    assert detect_channel(DocFeatures(ZH_GOOD)) == "zh"
+    assert detect_channel(DocFeatures(EN_GOOD)) == "en"
+    assert detect_channel(DocFeatures(CODE_GOOD)) == "code"
+    assert detect_channel(DocFeatures("Der schnelle braune Fuchs springt über den faulen Hund und läuft weg.")) == "other"

@@ -18,20 +18,71 @@ def test_demo_corpus_accounting_and_filters(tiny_cfg, tmp_path):
     assert kept.num_rows == m["kept"] and rejects.num_rows == m["rejected"]
     reasons = dict(zip(*[rejects.column(c).to_pylist() for c in ("id", "reason")]))
     assert reasons["zh-dup-1"] == reasons["en-dup-1"] == reasons["en-dup-2"] == "exact_duplicate"
-    assert {reasons[i] for i in ("spam-1", "spam-2", "spam-3", "spam-4")} == {"dirty_lexicon"}
+    assert {reasons[i] for i in ("spam-1", "spam-2", "spam-3", "spam-4")} == {"dirty_content"}
+    assert reasons["junk-symbols"] == "only_punctuation" or reasons["junk-symbols"].startswith("garbage_")
     assert set(m["kept_by_channel"]) == {"zh", "en", "code"}
     stats = pq.read_table(out / "stats.parquet").to_pylist()
-    assert sum(r["count"] for r in stats) == m["docs_in"]
+    assert sum(r["docs"] for r in stats if r["outcome"] != "tagged") == m["docs_in"]
+    assert sum(r["chars"] for r in stats if r["outcome"] == "kept") == sum(map(len, kept.column("text").to_pylist()))
+    samples = pq.read_table(out / "samples.parquet").to_pylist()
+    assert {r["reason"] for r in samples} == set(m["rejected_by_reason"])
+    spam = [r for r in rejects.to_pylist() if r["id"] == "spam-1"][0]
+    assert spam["rule"] == "dirty" and spam["score"] > 2.0
     assert is_complete(out)
+
+
+def test_outputs_are_queryable_with_duckdb(tiny_cfg, tmp_path):
+    import duckdb
+
+    run_clean(tiny_cfg.clean, tmp_path / "clean")
+    rows = duckdb.sql(f"""
+        SELECT rule, reason, count(*) AS n FROM read_parquet('{tmp_path}/clean/rejects/*.parquet')
+        GROUP BY ALL ORDER BY n DESC, reason""").fetchall()
+    assert ("dirty", "dirty_content", 4) in rows
+
+
+def test_tag_mode_keeps_documents_and_records_scores(tmp_path):
+    cfg = parse_config(tiny_dict(tmp_path, clean={"rules": {"dirty": {"mode": "tag"}}})).clean
+    m = run_clean(cfg, tmp_path / "clean")
+    assert "dirty_content" not in m["rejected_by_reason"] and m["tagged_by_reason"]["dirty_content"] == 4
+    kept = ds.dataset(tmp_path / "clean" / "kept").to_table().to_pylist()
+    spam = [r for r in kept if r["id"] == "spam-1"][0]
+    assert spam["flags"] == ["dirty:dirty_content"]
+    assert dict(spam["scores"])["dirty.score"] > 2.0
+
+
+def test_traditional_to_simplified_and_mojibake_repair(tmp_path):
+    src = tmp_path / "in.jsonl"
+    import json
+
+    zh_trad = "這個城市的公共交通在過去十年裡變化很大。地鐵線路從兩條增加到了十幾條，公車也大多換成了電動車，很多人不再開車上班。"
+    en_moji = ("The cafÃ© on the corner serves the best coffee in town, and the owner remembers what each regular "
+               "likes to drink. On weekends the queue stretches out of the door and along the street. People wait "
+               "patiently because the pastries are baked fresh every morning. It is a small place with a big heart.")
+    src.write_text("\n".join(json.dumps({"text": t}, ensure_ascii=False) for t in (zh_trad, en_moji)) + "\n")
+    cfg = parse_config(tiny_dict(tmp_path, clean={"sources": [{"path": str(src)}],
+                                                  "normalize": {"traditional_to_simplified": True}})).clean
+    m = run_clean(cfg, tmp_path / "clean")
+    kept = {r["channel"]: r for r in ds.dataset(tmp_path / "clean" / "kept").to_table().to_pylist()}
+    assert kept["zh"]["text"].startswith("这个城市的公共交通在过去十年里")
+    assert "café" in kept["en"]["text"] and "mojibake" in kept["en"]["repairs"]
+    assert m["repairs"] == {"traditional_to_simplified": 1, "mojibake": 1}
+
+
+GOOD = ("The lighthouse keeper climbed the spiral stairs every evening at dusk. He wound the clockwork that turned "
+        "the great lens and trimmed the wick. He wrote the weather in a leather logbook with care. Ships passing the "
+        "rocky point relied on that steady beam to find the channel. In winter the storms were long and the nights "
+        "were cold, but the light never failed the fishermen of the bay.")
+GOOD_LINE = ('{"text": "%s"}\n' % GOOD).encode()
 
 
 def test_bad_records_are_rejected_not_lost(tmp_path):
     src = tmp_path / "in.jsonl"
-    src.write_bytes(b'{"text": "A perfectly ordinary English sentence about the weather in the valley today."}\n'
-                    b'{"nope": 1}\n{broken\n')
+    src.write_bytes(GOOD_LINE + b'{"nope": 1}\n{broken\n')
     m = run_clean(CleanConfig(sources=[SourceConfig(path=str(src))]), tmp_path / "clean")
     assert m["docs_in"] == 3 and m["kept"] == 1
     assert m["rejected_by_reason"] == {"missing_text_field": 1, "invalid_json": 1}
+    assert m["rejected_by_rule"] == {"input": 2}
 
 
 def test_missing_source_writes_nothing(tmp_path):
@@ -44,7 +95,7 @@ def test_missing_source_writes_nothing(tmp_path):
 
 def test_unreadable_file_is_reported_by_name(tmp_path):
     (tmp_path / "in").mkdir()
-    (tmp_path / "in" / "good.jsonl").write_text('{"text": "A perfectly ordinary English sentence about the weather today."}\n')
+    (tmp_path / "in" / "good.jsonl").write_bytes(GOOD_LINE)
     (tmp_path / "in" / "bad.jsonl.gz").write_bytes(b"this is not gzip")
     m = run_clean(CleanConfig(sources=[SourceConfig(path=str(tmp_path / "in"))]), tmp_path / "clean")
     assert [u["path"].rsplit("/", 1)[-1] for u in m["unreadable_files"]] == ["bad.jsonl.gz"]
@@ -53,7 +104,7 @@ def test_unreadable_file_is_reported_by_name(tmp_path):
 
 def test_crash_mid_stage_leaves_no_complete_output(tmp_path, monkeypatch):
     src = tmp_path / "in.jsonl"
-    src.write_text('{"text": "A perfectly ordinary English sentence about the weather in the valley."}\n')
+    src.write_bytes(GOOD_LINE)
     import tasks.clean.stage as stage
 
     monkeypatch.setattr(stage, "write_json", lambda *a: (_ for _ in ()).throw(OSError("disk full")))
@@ -69,11 +120,12 @@ def test_real_spam_corpus_with_user_lexicon(tmp_path):
     ads = need_shared(CORPORA / "lexicons" / "sensitive-lexicon" / "ads.txt")
     cfg = parse_config(tiny_dict(tmp_path, clean={"sources": [
         {"path": str(spam), "text_unit": "line", "name": "spam"},
-        {"path": str(ham), "text_unit": "line", "name": "ham"}], "min_chars": 10, "lexicons": [str(ads)]}))
+        {"path": str(ham), "text_unit": "line", "name": "ham"}],
+        "rules": {"length": {"min_chars": 10}, "dirty": {"lexicons": [str(ads)]}}}))
     m = run_clean(cfg.clean, tmp_path / "clean")
     assert m["docs_in"] == m["kept"] + m["rejected"] == 200
     rejects = ds.dataset(tmp_path / "clean" / "rejects").to_table().to_pylist()
     unique = {s: m["docs_by_source"][s] - sum(1 for r in rejects if r["source"] == s and r["reason"] == "exact_duplicate")
               for s in ("spam", "ham")}
-    dirty = {s: sum(1 for r in rejects if r["source"] == s and r["reason"] == "dirty_lexicon") for s in ("spam", "ham")}
+    dirty = {s: sum(1 for r in rejects if r["source"] == s and r["reason"] == "dirty_content") for s in ("spam", "ham")}
     assert dirty["spam"] / unique["spam"] > 4 * dirty["ham"] / unique["ham"]

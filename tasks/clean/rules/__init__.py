@@ -1,0 +1,43 @@
+"""The rule families, in the order they run, and how their outcomes combine."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pretrain.config import RulesConfig
+from tasks.clean.rules.base import Doc, Failure, Outcome, Rule
+from tasks.clean.rules.chinese import ChineseRule
+from tasks.clean.rules.code import CodeRule
+from tasks.clean.rules.dirty import DirtyRule
+from tasks.clean.rules.english import C4Rule, FineWebRule, GopherQualityRule, GopherRepetitionRule
+from tasks.clean.rules.generic import GarbageRule, LengthRule
+
+__all__ = ["Doc", "Failure", "Outcome", "Rule", "Judgement", "build_rules", "judge_rules"]
+
+
+def build_rules(cfg: RulesConfig) -> list[Rule]:
+    return [LengthRule(cfg.length), GarbageRule(cfg.garbage), DirtyRule(cfg.dirty),
+            GopherRepetitionRule(cfg.gopher_repetition), GopherQualityRule(cfg.gopher_quality),
+            C4Rule(cfg.c4), FineWebRule(cfg.fineweb), ChineseRule(cfg.chinese), CodeRule(cfg.code)]
+
+
+@dataclass
+class Judgement:
+    failure: Failure | None = None              # the first failure of a rule in drop mode: reject
+    flags: list[str] = field(default_factory=list)  # failures of rules in tag mode: keep, recorded
+    scores: dict[str, float] = field(default_factory=dict)  # scores of rules in tag mode
+
+
+def judge_rules(rules: list[Rule], doc: Doc) -> Judgement:
+    """Drop-mode rules stop at the first failure; tag-mode rules always run and leave their scores."""
+    result = Judgement()
+    for rule in rules:
+        if not rule.applies(doc) or (rule.mode == "drop" and result.failure):
+            continue
+        outcome = rule.evaluate(doc)
+        if rule.mode == "tag":
+            result.scores.update(outcome.scores)
+            if outcome.failure:
+                result.flags.append(f"{outcome.failure.rule}:{outcome.failure.reason}")
+        elif outcome.failure and result.failure is None:
+            result.failure = outcome.failure
+    return result

@@ -1,0 +1,51 @@
+"""What a rule is: a named check over shared features that yields scores and maybe a failure."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tasks.clean.features import DocFeatures
+
+
+@dataclass
+class Doc:
+    text: str
+    channel: str
+    feats: DocFeatures
+
+
+@dataclass
+class Failure:
+    rule: str
+    reason: str
+    score: float
+
+
+@dataclass
+class Outcome:
+    """Scores of one rule on one document, and the first threshold it violated."""
+
+    rule: str
+    scores: dict[str, float] = field(default_factory=dict)
+    failure: Failure | None = None
+
+    def check(self, metric: str, value: float, ok: bool, reason: str | None = None) -> None:
+        self.scores[f"{self.rule}.{metric}"] = float(value)
+        if not ok and self.failure is None:
+            self.failure = Failure(self.rule, reason or f"{self.rule}_{metric}", float(value))
+
+
+class Rule:
+    """A rule family. Subclasses set `name` and `channels` and implement `evaluate`."""
+
+    name: str = ""
+    channels: tuple[str, ...] = ("zh", "en", "code")
+
+    def __init__(self, settings):
+        self.settings = settings
+        self.mode = settings.mode
+
+    def applies(self, doc: Doc) -> bool:
+        return self.mode != "off" and doc.channel in self.channels
+
+    def evaluate(self, doc: Doc) -> Outcome:
+        raise NotImplementedError

@@ -1,0 +1,126 @@
+"""English prose rules: Gopher quality and repetition, C4, FineWeb (the papers' thresholds by default)."""
+from __future__ import annotations
+
+import re
+
+from tasks.clean.features import TERMINAL_PUNCT, dup_ngram_chars, find_duplicates, top_ngram_chars
+from tasks.clean.rules.base import Doc, Outcome, Rule
+
+STOP_WORDS = {"the", "be", "to", "of", "and", "that", "have", "with"}
+_CITATION = re.compile(r"\[\d*]|\[edit]|\[citation needed]")
+_SENTENCE_END = re.compile(r"[.!?]+(?=\s|$)")
+C4_END_PUNCT = (".", "?", "!", '"', "'")
+POLICY_SUBSTRINGS = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies",
+                     "use cookies")
+
+
+class GopherQualityRule(Rule):
+    name = "gopher_quality"
+    channels = ("en",)
+
+    def evaluate(self, doc: Doc) -> Outcome:
+        s, f, out = self.settings, doc.feats, Outcome(self.name)
+        words, n_tokens = f.words, max(len(f.tokens), 1)
+        out.check("n_words", len(words), len(words) >= s.min_doc_words, "gopher_short_doc")
+        out.check("n_words", len(words), len(words) <= s.max_doc_words, "gopher_long_doc")
+        avg = sum(map(len, words)) / max(len(words), 1)
+        out.check("avg_word_length", avg, s.min_avg_word_length <= avg <= s.max_avg_word_length, "gopher_avg_word_length")
+        out.check("hash_ratio", f.text.count("#") / n_tokens, f.text.count("#") / n_tokens <= s.max_symbol_word_ratio,
+                  "gopher_too_many_hashes")
+        ellipses = (f.text.count("...") + f.text.count("…")) / n_tokens
+        out.check("ellipsis_ratio", ellipses, ellipses <= s.max_symbol_word_ratio, "gopher_too_many_ellipsis")
+        n_lines = max(len(f.lines), 1)
+        bullets = sum(line.startswith(("•", "-")) for line in f.lines) / n_lines
+        out.check("bullet_lines", bullets, bullets <= s.max_bullet_lines_ratio, "gopher_too_many_bullets")
+        end_ellipsis = sum(line.endswith(("...", "…")) for line in f.lines) / n_lines
+        out.check("ellipsis_lines", end_ellipsis, end_ellipsis <= s.max_ellipsis_lines_ratio, "gopher_too_many_end_ellipsis")
+        alpha = sum(any(c.isalpha() for c in t) for t in f.tokens) / n_tokens
+        out.check("alpha_words", alpha, alpha >= s.min_alpha_words_ratio, "gopher_below_alpha_threshold")
+        stops = len(STOP_WORDS & set(f.tokens))
+        out.check("stop_words", stops, stops >= s.min_stop_words, "gopher_not_enough_stop_words")
+        return out
+
+
+class GopherRepetitionRule(Rule):
+    name = "gopher_repetition"
+    channels = ("en",)
+
+    def evaluate(self, doc: Doc) -> Outcome:
+        s, f, out = self.settings, doc.feats, Outcome(self.name)
+        n_chars = max(f.n_chars, 1)
+        dup, dup_chars = find_duplicates(f.paragraphs)
+        out.check("dup_para_frac", dup / max(len(f.paragraphs), 1), dup / max(len(f.paragraphs), 1) <= s.dup_para_frac)
+        out.check("dup_para_char_frac", dup_chars / n_chars, dup_chars / n_chars <= s.dup_para_char_frac)
+        lines = [line for line in f.raw_lines if line]
+        dup, dup_chars = find_duplicates(lines)
+        out.check("dup_line_frac", dup / max(len(lines), 1), dup / max(len(lines), 1) <= s.dup_line_frac)
+        out.check("dup_line_char_frac", dup_chars / n_chars, dup_chars / n_chars <= s.dup_line_char_frac)
+        for n, limit in sorted(s.top_n_grams.items()):
+            frac = top_ngram_chars(f.words, n) / n_chars
+            out.check(f"top_{n}_gram", frac, frac <= limit)
+        for n, limit in sorted(s.dup_n_grams.items()):
+            frac = dup_ngram_chars(f.words, n) / n_chars
+            out.check(f"dup_{n}_gram", frac, frac <= limit)
+        return out
+
+
+def c4_filter_lines(text: str, s) -> tuple[str, dict[str, int]]:
+    """C4's line filters: returns the kept text and how many lines each filter removed."""
+    kept, removed = [], {"no_terminal_punct": 0, "few_words": 0, "long_word": 0, "javascript": 0, "policy": 0}
+    for line in text.split("\n"):
+        line = line.strip()
+        if not line:
+            continue
+        if s.remove_citations:
+            line = _CITATION.sub("", line)
+        words = line.split()
+        if any(len(w) > s.max_word_length for w in words):
+            removed["long_word"] += 1
+        elif s.drop_lines_without_terminal_punct and (not line.endswith(C4_END_PUNCT) or line.endswith("...")):
+            removed["no_terminal_punct"] += 1
+        elif len(words) < s.min_words_per_line:
+            removed["few_words"] += 1
+        elif s.drop_javascript_lines and "javascript" in line.lower():
+            removed["javascript"] += 1
+        elif s.drop_policy_lines and any(p in line.lower() for p in POLICY_SUBSTRINGS):
+            removed["policy"] += 1
+        else:
+            kept.append(line)
+    return "\n".join(kept), removed
+
+
+class C4Rule(Rule):
+    """Document checks of C4; the line filters run before features (see Cleaner.judge)."""
+
+    name = "c4"
+    channels = ("en",)
+
+    def evaluate(self, doc: Doc) -> Outcome:
+        s, f, out = self.settings, doc.feats, Outcome(self.name)
+        sentences = sum(max(1, len(_SENTENCE_END.findall(line))) for line in f.lines)
+        out.check("sentences", sentences, sentences >= s.min_num_sentences, "c4_too_few_sentences")
+        lower = f.text.lower()
+        if s.reject_lorem_ipsum:
+            out.check("lorem_ipsum", "lorem ipsum" in lower, "lorem ipsum" not in lower, "c4_lorem_ipsum")
+        if s.reject_curly_bracket:
+            out.check("curly_bracket", "{" in f.text, "{" not in f.text, "c4_curly_bracket")
+        return out
+
+
+class FineWebRule(Rule):
+    name = "fineweb"
+    channels = ("en",)
+
+    def evaluate(self, doc: Doc) -> Outcome:
+        s, f, out = self.settings, doc.feats, Outcome(self.name)
+        lines = [line for line in f.raw_lines if line.strip()]
+        n_lines = max(len(lines), 1)
+        punct = sum(line.endswith(TERMINAL_PUNCT) for line in lines) / n_lines
+        out.check("line_punct_ratio", punct, punct >= s.line_punct_thr)
+        short = sum(len(line) <= s.short_line_length for line in lines) / n_lines
+        out.check("short_line_ratio", short, short <= s.short_line_thr)
+        dup_chars = find_duplicates(lines)[1] / max(f.n_chars - f.text.count("\n"), 1)
+        out.check("char_dup_ratio", dup_chars, dup_chars <= s.char_duplicates_ratio)
+        list_ratio = f.text.count("\n") / max(len(f.words), 1)
+        out.check("list_ratio", list_ratio, list_ratio <= s.new_line_ratio)
+        return out

@@ -89,7 +89,9 @@ class Cleaner:
         text, channel, repairs = self.prepare(raw)
         repairs = ([raw.repaired] if raw.repaired else []) + repairs
         if not text.strip():
-            return Verdict(text, channel, Failure("length", "empty_after_normalization", 0.0), [], {}, repairs)
+            emptied = Failure("c4", "c4_all_lines_removed", 0.0) if "c4_lines_removed" in repairs \
+                else Failure("length", "empty_after_normalization", 0.0)
+            return Verdict(text, channel, emptied, [], {}, repairs)
         result = judge_rules(self.rules, Doc(text, channel, DocFeatures(text)))
         failure = result.failure
         if failure is None and channel not in self.cfg.keep_channels:

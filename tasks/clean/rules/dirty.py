@@ -73,6 +73,28 @@ class Lexicon:
         return found
 
 
+class PatternSet:
+    """Weighted regular expressions (prices, premium-rate numbers, short codes), one combined pass per pattern."""
+
+    def __init__(self, patterns: list[tuple[re.Pattern, float]]):
+        self.patterns = patterns
+
+    @classmethod
+    def from_paths(cls, paths: list[str]) -> "PatternSet":
+        patterns = []
+        for path in paths:
+            for line in read_list(path):
+                regex, _, weight = line.rpartition("\t") if "\t" in line else (line, "", "1")
+                try:
+                    patterns.append((re.compile(regex, re.I), float(weight or 1)))
+                except re.error as err:
+                    raise ValueError(f"{path}: bad pattern {regex!r}: {err}; fix or remove that line") from None
+        return cls(patterns)
+
+    def hits(self, text: str) -> list[tuple[str, float]]:
+        return [(m.group(0), w) for pattern, w in self.patterns for m in pattern.finditer(text)]
+
+
 class DomainBlocklist:
     def __init__(self, domains: set[str]):
         self.domains = domains
@@ -103,10 +125,12 @@ class DirtyRule(Rule):
         super().__init__(settings)
         self.lexicon = Lexicon.from_paths(builtin_paths(".terms.txt") + list(settings.lexicons))
         self.blocklist = DomainBlocklist.from_paths(builtin_paths(".domains.txt") + list(settings.domain_blocklists))
+        self.patterns = PatternSet.from_paths(builtin_paths(".patterns.txt") + list(settings.patterns))
 
     def evaluate(self, doc: Doc) -> Outcome:
         s, out = self.settings, Outcome(self.name)
-        score = sum(w for _, w in self.lexicon.hits(doc.text)) + DOMAIN_WEIGHT * len(self.blocklist.hits(doc.text))
+        score = (sum(w for _, w in self.lexicon.hits(doc.text)) + sum(w for _, w in self.patterns.hits(doc.text))
+                 + DOMAIN_WEIGHT * len(self.blocklist.hits(doc.text)))
         per_k = 1000 * score / max(doc.feats.n_chars, 1)
         out.scores["dirty.score"] = score
         out.check("score_per_kchar", per_k, score < s.min_score or per_k < s.min_score_per_kchar, "dirty_content")

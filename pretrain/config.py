@@ -168,12 +168,29 @@ class RulesConfig(Strict):
     dirty: DirtyRule = DirtyRule()
 
 
+class DedupConfig(Strict):
+    exact: bool = Field(True, description="remove exact duplicates (hash of the normalized text) across all shards, with DuckDB")
+    near: bool = Field(True, description="remove near-duplicates with MinHash LSH")
+    ngram: int = Field(5, ge=1, description="shingle size: words for en, characters for zh and code")
+    bands: int = Field(14, ge=1, description="LSH bands")
+    rows: int = Field(8, ge=1, description="hashes per band (bands * rows permutations)")
+    seed: int = 1
+
+
+class ExecutorConfig(Strict):
+    kind: Literal["process", "ray"] = Field("process", description="process: a local process pool; ray: Prefect's Ray task runner")
+    workers: int | None = Field(None, ge=1, description="processes for kind=process; None: one per CPU")
+    ray_address: str | None = Field(None, description="kind=ray: address of a running cluster (ray://host:10001 or host:6379); None: start a local one")
+
+
 class CleanConfig(Strict):
     sources: list[SourceConfig] = Field(min_length=1)
     normalize: NormalizeConfig = NormalizeConfig()
     rules: RulesConfig = RulesConfig()
     keep_channels: list[Literal["zh", "en", "code", "other"]] = Field(
         default_factory=lambda: ["zh", "en", "code"], description="channels kept; others are rejected as unsupported_language")
+    dedup: DedupConfig = DedupConfig()
+    executor: ExecutorConfig = ExecutorConfig()
     reject_samples_per_reason: int = Field(20, ge=0, description="rejected documents kept per reason in samples.parquet for review")
     batch_size: int = Field(2000, gt=0, description="documents per output Parquet part")
 

@@ -41,6 +41,10 @@ class UnreadableFile:
     docs_read_before_error: int
 
 
+def source_fs(source: SourceConfig) -> fsspec.AbstractFileSystem:
+    return fsspec.get_fs_token_paths(source.resolved_path())[0]
+
+
 def expand_source(source: SourceConfig) -> tuple[fsspec.AbstractFileSystem, list[str]]:
     url = source.resolved_path()
     fs, _, paths = fsspec.get_fs_token_paths(url)

@@ -2,7 +2,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from pretrain.config import CleanConfig, SourceConfig, parse_config
+from pretrain.config import CleanConfig, LengthRule, SourceConfig, parse_config
 from tasks.clean.readers import SourceError
 from tasks.clean.stage import run_clean
 from tasks.common.outputs import is_complete
@@ -129,3 +129,51 @@ def test_real_spam_corpus_with_user_lexicon(tmp_path):
               for s in ("spam", "ham")}
     dirty = {s: sum(1 for r in rejects if r["source"] == s and r["reason"] == "dirty_content") for s in ("spam", "ham")}
     assert dirty["spam"] / unique["spam"] > 4 * dirty["ham"] / unique["ham"]
+
+
+def test_interrupted_run_resumes_without_redoing_finished_shards(tmp_path, monkeypatch):
+    import tasks.clean.shards as shards
+    from tasks.clean import stage
+
+    (tmp_path / "in").mkdir()
+    for k in range(3):
+        (tmp_path / "in" / f"{k}.jsonl").write_bytes(GOOD_LINE.replace(b"dusk", f"dusk {k}".encode()))
+    # near-identical on purpose: dedup off, this is about resuming
+    cfg = CleanConfig(sources=[SourceConfig(path=str(tmp_path / "in"))], executor={"workers": 1},
+                      dedup={"exact": False, "near": False})
+    real = shards.clean_shard
+    calls = []
+
+    def crash_on_third(cfg, spec, work_dir):
+        calls.append(spec.shard_id)
+        if spec.index == 2:
+            raise KeyboardInterrupt("node lost")
+        return real(cfg, spec, work_dir)
+
+    monkeypatch.setattr(stage, "clean_shard", crash_on_third)
+    with pytest.raises(KeyboardInterrupt):
+        run_clean(cfg, tmp_path / "clean")
+    assert not (tmp_path / "clean").exists()
+    assert sorted(p.name for p in (tmp_path / "clean.shards").iterdir()) == ["000000", "000001"]
+
+    monkeypatch.setattr(stage, "clean_shard", real)
+    m = run_clean(cfg, tmp_path / "clean")
+    assert m["shards"] == 3 and m["shards_skipped"] == 2 and m["kept"] == 3
+    assert not (tmp_path / "clean.shards").exists()  # scratch removed once the output is complete
+
+
+def test_changed_input_is_not_skipped(tmp_path):
+    from tasks.clean.shards import clean_shard, plan_shards
+
+    src = tmp_path / "a.jsonl"
+    src.write_bytes(GOOD_LINE)
+    cfg = CleanConfig(sources=[SourceConfig(path=str(src))])
+    spec = plan_shards(cfg)[0]
+    assert clean_shard(cfg, spec, tmp_path / "work")["skipped"] is False
+    assert clean_shard(cfg, spec, tmp_path / "work")["skipped"] is True
+    src.write_bytes(GOOD_LINE * 2)
+    spec2 = plan_shards(cfg)[0]
+    assert spec2.fingerprint != spec.fingerprint
+    assert clean_shard(cfg, spec2, tmp_path / "work")["docs"] == 2
+    tighter = cfg.model_copy(update={"rules": cfg.rules.model_copy(update={"length": LengthRule(min_chars=10_000)})})
+    assert plan_shards(tighter)[0].fingerprint != spec2.fingerprint

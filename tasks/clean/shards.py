@@ -1,0 +1,117 @@
+"""Per-shard cleaning: one input file -> a shard directory that is complete or absent.
+
+A shard is one input file. Its directory holds kept.parquet (with the exact hash
+and LSH band hashes that the global dedup step reads), rejects.parquet,
+tally.json and meta.json, and is renamed into place with _SUCCESS at the end.
+A rerun skips a shard whose _SUCCESS exists and whose fingerprint (input path,
+size, modification time, and the cleaning settings) is unchanged, so a crash or
+a Prefect retry resumes without redoing finished shards or duplicating output.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import zstandard
+
+from pretrain.config import CleanConfig, SourceConfig
+from tasks.clean.readers import SourceError, UnreadableFile, expand_source, read_file, source_fs
+from tasks.clean.stage_parts import REJECT_SCHEMA, Cleaner, Tally
+from tasks.clean.minhash import MinHasher
+from tasks.common.outputs import is_complete, read_json, staged_output, write_json
+
+KEPT_SHARD_SCHEMA = pa.schema([("id", pa.string()), ("source", pa.string()), ("channel", pa.string()),
+                               ("text", pa.string()), ("repairs", pa.list_(pa.string())),
+                               ("flags", pa.list_(pa.string())), ("scores", pa.map_(pa.string(), pa.float32())),
+                               ("hash", pa.binary(16)), ("bands", pa.list_(pa.int64()))])
+
+
+@dataclass(frozen=True)
+class ShardSpec:
+    index: int            # global order: dedup keeps the first occurrence in this order
+    shard_id: str
+    source_index: int
+    path: str
+    fingerprint: str
+
+
+def settings_hash(cfg: CleanConfig) -> str:
+    relevant = {"normalize": cfg.normalize.model_dump(), "rules": cfg.rules.model_dump(),
+                "dedup": cfg.dedup.model_dump(), "keep_channels": cfg.keep_channels,
+                "samples": cfg.reject_samples_per_reason}
+    return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def plan_shards(cfg: CleanConfig) -> list[ShardSpec]:
+    """Every input file of every source, in config order; fails before any work if a source names nothing."""
+    settings = settings_hash(cfg)
+    specs = []
+    for s_idx, source in enumerate(cfg.sources):
+        fs, files = expand_source(source)
+        for path in files:
+            info = fs.info(path)
+            stamp = json.dumps([source.model_dump(), path, info.get("size"), str(info.get("mtime") or info.get("LastModified") or info.get("created")), settings])
+            fingerprint = hashlib.sha256(stamp.encode()).hexdigest()[:16]
+            specs.append(ShardSpec(len(specs), f"{len(specs):06d}", s_idx, path, fingerprint))
+    return specs
+
+
+@lru_cache(maxsize=2)
+def _cleaner(cfg_json: str) -> tuple[Cleaner, MinHasher]:
+    # one set of compiled rules and lexicons per worker process, not per shard
+    cfg = CleanConfig.model_validate_json(cfg_json)
+    return Cleaner(cfg), MinHasher(cfg.dedup)
+
+
+def shard_done(work_dir: Path, spec: ShardSpec) -> bool:
+    d = work_dir / spec.shard_id
+    return is_complete(d) and read_json(d / "meta.json").get("fingerprint") == spec.fingerprint
+
+
+def clean_shard(cfg: CleanConfig, spec: ShardSpec, work_dir: Path) -> dict:
+    """Clean one input file into work_dir/<shard_id>; returns its meta (skips a finished shard)."""
+    out = Path(work_dir) / spec.shard_id
+    if shard_done(work_dir, spec):
+        return {**read_json(out / "meta.json"), "skipped": True}
+    cleaner, hasher = _cleaner(cfg.model_dump_json())
+    source: SourceConfig = cfg.sources[spec.source_index]
+    tally = Tally(cfg.reject_samples_per_reason)
+    kept_rows, reject_rows, unreadable = [], [], None
+    docs, repairs = 0, {}
+    try:
+        for raw in read_file(source_fs(source), spec.path, source):
+            docs += 1
+            v = cleaner.judge(raw)
+            for r in v.repairs:
+                repairs[r] = repairs.get(r, 0) + 1
+            row = {"id": raw.doc_id, "source": raw.source, "channel": v.channel, "text": v.text,
+                   "flags": v.flags, "scores": v.scores}
+            if v.failure:
+                row.update(rule=v.failure.rule, reason=v.failure.reason, score=v.failure.score)
+                reject_rows.append(row)
+                tally.add("rejected", v.failure.rule, v.failure.reason, v.channel, v.text, row)
+            else:
+                row.update(repairs=v.repairs, hash=hashlib.blake2b(v.text.encode(), digest_size=16).digest(),
+                           bands=hasher.band_hashes(v.text, v.channel) if cfg.dedup.near else [])
+                kept_rows.append(row)
+            for flag in v.flags:
+                rule, _, reason = flag.partition(":")
+                tally.add("tagged", rule, reason, v.channel, v.text)
+    except SourceError:
+        raise  # a configuration problem (a missing column), not a broken file
+    except (OSError, EOFError, ValueError, zstandard.ZstdError) as err:
+        unreadable = UnreadableFile(spec.path, f"{type(err).__name__}: {err}", docs)
+    with staged_output(out) as tmp:
+        pq.write_table(pa.Table.from_pylist(kept_rows, schema=KEPT_SHARD_SCHEMA), tmp / "kept.parquet", compression="zstd")
+        pq.write_table(pa.Table.from_pylist(reject_rows, schema=REJECT_SCHEMA), tmp / "rejects.parquet", compression="zstd")
+        write_json(tmp / "tally.json", tally.to_json())
+        meta = {"shard_id": spec.shard_id, "path": spec.path, "fingerprint": spec.fingerprint, "docs": docs,
+                "kept": len(kept_rows), "rejected": len(reject_rows), "repairs": repairs,
+                "unreadable": asdict(unreadable) if unreadable else None}
+        write_json(tmp / "meta.json", meta)
+    return {**meta, "skipped": False}

@@ -1,12 +1,16 @@
 """One flow per stage. Each reads like its steps and returns a small manifest."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from prefect import flow, get_run_logger, task
 
 from flows.common import markdown_artifact, stage_run, table_artifact
-from pretrain.config import PipelineConfig, resolve_config
+from flows.executors import map_on
+from pretrain.config import CleanConfig, PipelineConfig, resolve_config
 from tasks import tracking
-from tasks.clean.stage import run_clean
+from tasks.clean.shards import ShardSpec, clean_shard
+from tasks.clean.stage import complete, prepare
 from tasks.preflight.checks import gate, run_checks
 from tasks.tokenize import run_tokenize
 from tasks.tokenizer import run_tokenizer
@@ -19,11 +23,20 @@ class PreflightFailed(RuntimeError):
     pass
 
 
-@task(name="clean-corpus")
-def clean_task(cfg: PipelineConfig, out_dir: str) -> dict:
-    from pathlib import Path
+@task(name="plan-shards")
+def plan_task(cfg: CleanConfig, out_dir: str) -> tuple[list[ShardSpec], str]:
+    specs, work_dir = prepare(cfg, Path(out_dir))
+    return specs, str(work_dir)
 
-    return run_clean(cfg.clean, Path(out_dir))
+
+@task(name="clean-shard", retries=1)
+def clean_shard_task(cfg: CleanConfig, spec: ShardSpec, work_dir: str) -> dict:
+    return clean_shard(cfg, spec, Path(work_dir))
+
+
+@task(name="dedup-and-write")
+def finalize_task(cfg: CleanConfig, specs: list[ShardSpec], metas: list[dict], work_dir: str, out_dir: str) -> dict:
+    return complete(cfg, specs, metas, Path(work_dir), Path(out_dir))
 
 
 @task(name="train-tokenizer")
@@ -61,7 +74,11 @@ def clean_flow(config: PipelineConfig | str = DEFAULT_CONFIG, mlflow_parent_run_
     """Read, normalize, tag, filter and deduplicate the corpus into kept/rejected Parquet."""
     cfg = resolve_config(config)
     with stage_run(cfg, "clean", mlflow_parent_run_id) as run:
-        manifest = clean_task(cfg, str(run.dir("clean")))
+        out = str(run.dir("clean"))
+        specs, work_dir = plan_task(cfg.clean, out)
+        metas = map_on(cfg.clean.executor, clean_shard_task,
+                       [{"cfg": cfg.clean, "spec": spec, "work_dir": work_dir} for spec in specs])
+        manifest = finalize_task(cfg.clean, specs, metas, work_dir, out)
         tracking.log_metrics(run.mlflow_uri, run.run_id, {k: v for k, v in manifest.items() if k != "unreadable_files"})
         for name in ("manifest.json", "stats.parquet"):
             tracking.log_artifact(run.mlflow_uri, run.run_id, run.dir("clean") / name, "clean")

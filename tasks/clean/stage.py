@@ -127,17 +127,26 @@ def build_manifest(cfg: CleanConfig, metas: list[dict], tally: Tally) -> dict:
     }
 
 
-def run_clean(cfg: CleanConfig, out_dir: Path, run_shards: ShardRunner = run_shards_locally) -> dict:
-    out_dir = Path(out_dir)
-    specs = plan_shards(cfg)  # fails here, before any output, when a source names nothing
-    work_dir = work_dir_for(out_dir)
+def prepare(cfg: CleanConfig, out_dir: Path) -> tuple[list[ShardSpec], Path]:
+    """The shard plan and the scratch directory; fails here, before any output, when a source names nothing."""
+    specs = plan_shards(cfg)
+    work_dir = work_dir_for(Path(out_dir))
     work_dir.mkdir(parents=True, exist_ok=True)
-    metas = run_shards(cfg, specs, work_dir)
+    return specs, work_dir
+
+
+def complete(cfg: CleanConfig, specs: list[ShardSpec], metas: list[dict], work_dir: Path, out_dir: Path) -> dict:
+    """Dedup across shards, write the final output, then drop the scratch shards."""
     for spec, meta in zip(specs, metas):
         meta["source"] = cfg.sources[spec.source_index].source_name
-    manifest = finalize(cfg, specs, metas, work_dir, out_dir)
+    manifest = finalize(cfg, specs, metas, work_dir, Path(out_dir))
     shutil.rmtree(work_dir, ignore_errors=True)
     return manifest
+
+
+def run_clean(cfg: CleanConfig, out_dir: Path, run_shards: ShardRunner = run_shards_locally) -> dict:
+    specs, work_dir = prepare(cfg, out_dir)
+    return complete(cfg, specs, run_shards(cfg, specs, work_dir), work_dir, out_dir)
 
 
 def check_sources(cfg: CleanConfig) -> None:

@@ -1,0 +1,26 @@
+"""Where per-shard tasks run: a local process pool, or a Ray cluster through prefect-ray."""
+from __future__ import annotations
+
+from prefect.task_runners import ProcessPoolTaskRunner
+
+from pretrain.config import ExecutorConfig
+
+
+def task_runner_for(executor: ExecutorConfig):
+    if executor.kind == "ray":
+        try:
+            from prefect_ray import RayTaskRunner  # optional: pip install prefect-ray
+        except ImportError:
+            raise RuntimeError("clean.executor.kind is 'ray' but prefect-ray is not installed; "
+                               "run `pip install prefect-ray` or set clean.executor.kind: process") from None
+        return RayTaskRunner(address=executor.ray_address) if executor.ray_address else RayTaskRunner()
+    return ProcessPoolTaskRunner(max_workers=executor.workers)
+
+
+def map_on(executor: ExecutorConfig, task, calls: list[dict]) -> list:
+    """Run `task` once per parameter dict on the configured runner; results in call order."""
+    if not calls:
+        return []
+    with task_runner_for(executor) as runner:
+        futures = [runner.submit(task, params) for params in calls]
+        return [f.result() for f in futures]

@@ -5,13 +5,18 @@ import re
 from collections import Counter
 from functools import cached_property
 
-_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+import numpy as np
+
+_CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
 _TOKEN = re.compile(r"\w+(?:['’]\w+)*|[^\w\s]")
 _PUNCT_MARK = re.compile(r"[，。！？；：、,.!?;:]")
 _CODE_SIGNALS = re.compile(
     r"^\s*(def |class |import |from \S+ import|#include|public |private |function |return\b|if .*:$|for .*:$|"
     r"[{}];?$|//|/\*|\*/|#!/)", re.M)
-_PLAIN = re.compile(r"[\w\s\u3000-\u303f\uff00-\uffef.,;:!?'\"()\[\]\-–—…“”‘’、，。！？；：（）《》]")
+# a "symbol": neither a word character, whitespace, nor common CJK/Latin punctuation
+_SYMBOL = re.compile(r"[^\w\s\u3000-\u303f\uff00-\uffef.,;:!?'\"()\[\]\-–—…“”‘’、，。！？；：（）《》]")
+_NON_ALNUM = re.compile(r"[\W_]")
+_WHITESPACE = (" ", "\n", "\t", "\r", "\u3000", "\xa0")
 # Byte sequences that UTF-8 text takes on when read as Latin-1 / cp1252 and left unrepaired
 _MOJIBAKE = re.compile(r"Ã[\u0080-\u00bf]|Â[\u0080-\u00bf]|â€[\u0080-\u00bf™œž\u201a-\u201e\u2020-\u2022\u2026]|ï¿½|æ[\u0080-\u00bf][\u0080-\u00bf]")
 TERMINAL_PUNCT = (".", "?", "!", '"', "'", "。", "！", "？", "”", "…")
@@ -28,6 +33,33 @@ def find_duplicates(items: list[str]) -> tuple[int, int]:
         else:
             seen.add(item)
     return dup, dup_chars
+
+
+def top_char_ngram_chars(text: str, n: int) -> int:
+    """top_ngram_chars over the characters of a string: n-grams as 64-bit polynomial hashes in numpy."""
+    if len(text) < n:
+        return 0
+    codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32).astype(np.uint64)
+    grams = np.zeros(len(codes) - n + 1, dtype=np.uint64)
+    for k in range(n):  # wraps mod 2^64 on purpose; collisions among a document's n-grams are negligible
+        grams = grams * np.uint64(1_000_003) + codes[k:len(codes) - n + 1 + k]
+    count = int(np.unique(grams, return_counts=True)[1].max())
+    return n * count if count > 1 else 0
+
+
+def dup_char_ngram_chars(text: str, n: int) -> int:
+    """dup_ngram_chars over the characters of a string."""
+    seen: set[str] = set()
+    repeated, i, last = 0, 0, len(text) - n
+    while i <= last:
+        gram = text[i:i + n]
+        if gram in seen:
+            repeated += n
+            i += n
+        else:
+            seen.add(gram)
+            i += 1
+    return repeated
 
 
 def top_ngram_chars(units: list[str], n: int, joiner: str = " ") -> int:
@@ -64,7 +96,12 @@ class DocFeatures:
 
     @cached_property
     def n_non_space(self) -> int:
-        return sum(1 for c in self.text if not c.isspace())
+        return len(self.text) - sum(self.text.count(c) for c in _WHITESPACE)
+
+    @cached_property
+    def compact(self) -> str:
+        """The text without whitespace: the unit string of character n-gram rules."""
+        return "".join(self.text.split())
 
     @cached_property
     def raw_lines(self) -> list[str]:
@@ -89,12 +126,12 @@ class DocFeatures:
         return [t for t in self.tokens if any(c.isalnum() for c in t)]
 
     @cached_property
-    def cjk_chars(self) -> list[str]:
-        return _CJK.findall(self.text)
+    def n_cjk(self) -> int:
+        return sum(map(len, _CJK_RUN.findall(self.text)))
 
     @cached_property
     def cjk_ratio(self) -> float:
-        return len(self.cjk_chars) / max(self.n_non_space, 1)
+        return self.n_cjk / max(self.n_non_space, 1)
 
     @cached_property
     def punct_marks(self) -> int:
@@ -102,8 +139,7 @@ class DocFeatures:
 
     @cached_property
     def symbol_ratio(self) -> float:
-        plain_non_space = len(_PLAIN.findall(self.text)) - (self.n_chars - self.n_non_space)
-        return max(0, self.n_non_space - plain_non_space) / max(self.n_non_space, 1)
+        return len(_SYMBOL.findall(self.text)) / max(self.n_non_space, 1)
 
     @cached_property
     def replacement_ratio(self) -> float:
@@ -127,4 +163,4 @@ class DocFeatures:
 
     @cached_property
     def alnum_ratio(self) -> float:
-        return sum(1 for c in self.text if c.isalnum()) / max(self.n_chars, 1)
+        return (self.n_chars - len(_NON_ALNUM.findall(self.text))) / max(self.n_chars, 1)

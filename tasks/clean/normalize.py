@@ -13,7 +13,13 @@ _SPACES = re.compile(r"[ \t\u00a0\u3000]+")
 _MANY_NEWLINES = re.compile(r"\n{3,}")
 
 
+# UTF-8 read as Latin-1/cp1252 always shows a lead byte as one of these characters
+_MOJIBAKE_LEAD = re.compile("[\u00c2-\u00f4]")
+
+
 def repair_mojibake(text: str) -> str:
+    if not _MOJIBAKE_LEAD.search(text):
+        return text  # nothing ftfy could repair; skipping it saves most of its cost
     import ftfy  # only the encoding repair: no quote uncurling or other rewrites
 
     return ftfy.fix_encoding(text)

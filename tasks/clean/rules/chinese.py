@@ -1,7 +1,7 @@
 """Chinese prose rules: character-based equivalents of the length, ratio and repetition rules."""
 from __future__ import annotations
 
-from tasks.clean.features import dup_ngram_chars, top_ngram_chars
+from tasks.clean.features import dup_char_ngram_chars, top_char_ngram_chars
 from tasks.clean.rules.base import Doc, Outcome, Rule
 
 
@@ -11,16 +11,18 @@ class ChineseRule(Rule):
 
     def evaluate(self, doc: Doc) -> Outcome:
         s, f, out = self.settings, doc.feats, Outcome(self.name)
-        out.check("cjk_chars", len(f.cjk_chars), len(f.cjk_chars) >= s.min_cjk_chars, "zh_too_few_cjk_chars")
+        out.check("cjk_chars", f.n_cjk, f.n_cjk >= s.min_cjk_chars, "zh_too_few_cjk_chars")
         out.check("cjk_ratio", f.cjk_ratio, f.cjk_ratio >= s.min_cjk_ratio, "zh_low_cjk_ratio")
         per_k = 1000 * f.punct_marks / max(f.n_chars, 1)
         out.check("punct_per_kchar", per_k, per_k >= s.min_punct_per_kchar, "zh_too_little_punctuation")
-        chars = [c for c in f.text if not c.isspace()]
+        chars = f.compact
         n = max(len(chars), 1)
         for k, limit in sorted(s.top_char_ngram.items()):
-            frac = top_ngram_chars(chars, k, joiner="") / n
+            frac = top_char_ngram_chars(chars, k) / n
             out.check(f"top_{k}_char_gram", frac, frac <= limit, "zh_repeated_char_ngram")
+        frac = 1.0
         for k, limit in sorted(s.dup_char_ngram.items()):
-            frac = dup_ngram_chars(chars, k) / n
+            # a repeated longer n-gram contains a repeated shorter one: none at k means none above
+            frac = dup_char_ngram_chars(chars, k) / n if frac > 0 else 0.0
             out.check(f"dup_{k}_char_gram", frac, frac <= limit, "zh_repeated_text")
         return out

@@ -58,8 +58,9 @@ class GopherRepetitionRule(Rule):
         for n, limit in sorted(s.top_n_grams.items()):
             frac = top_ngram_chars(f.words, n) / n_chars
             out.check(f"top_{n}_gram", frac, frac <= limit)
+        frac = 1.0
         for n, limit in sorted(s.dup_n_grams.items()):
-            frac = dup_ngram_chars(f.words, n) / n_chars
+            frac = dup_ngram_chars(f.words, n) / n_chars if frac > 0 else 0.0  # none at n: none above
             out.check(f"dup_{n}_gram", frac, frac <= limit)
         return out
 

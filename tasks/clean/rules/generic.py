@@ -26,7 +26,7 @@ class GarbageRule(Rule):
 
     def evaluate(self, doc: Doc) -> Outcome:
         s, f, out = self.settings, doc.feats, Outcome(self.name)
-        out.check("alnum_chars", f.alnum_ratio, f.alnum_ratio > 0 or bool(f.cjk_chars), "only_punctuation")
+        out.check("alnum_chars", f.alnum_ratio, f.alnum_ratio > 0 or f.n_cjk > 0, "only_punctuation")
         out.check("replacement_ratio", f.replacement_ratio, f.replacement_ratio <= s.max_replacement_ratio)
         out.check("mojibake_ratio", f.mojibake_ratio, f.mojibake_ratio <= s.max_mojibake_ratio)
         if doc.channel != "code":  # code is legitimately full of symbols and short lines

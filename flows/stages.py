@@ -69,6 +69,18 @@ def train_task(cfg: PipelineConfig, tokenizer_dir: str, tokens_dir: str, out_dir
                      mlflow_env, log_line=logger.info)
 
 
+def rule_table(stats_path: Path, unreadable: list[dict]) -> list[dict]:
+    """Documents and characters per outcome / rule / reason, all channels together, largest first."""
+    import duckdb
+
+    rows = duckdb.sql(f"""
+        SELECT outcome, rule, reason, sum(docs)::BIGINT AS documents, sum(chars)::BIGINT AS characters
+        FROM read_parquet('{stats_path}') GROUP BY ALL ORDER BY outcome, documents DESC""").fetchall()
+    table = [dict(zip(("outcome", "rule", "reason", "documents", "characters"), r)) for r in rows]
+    return table + [{"outcome": "unreadable file", "rule": "", "reason": u["path"],
+                     "documents": u["docs_read_before_error"], "characters": 0} for u in unreadable]
+
+
 @flow(name="clean", log_prints=True)
 def clean_flow(config: PipelineConfig | str = DEFAULT_CONFIG, mlflow_parent_run_id: str | None = None) -> dict:
     """Read, normalize, tag, filter and deduplicate the corpus into kept/rejected Parquet."""
@@ -80,14 +92,11 @@ def clean_flow(config: PipelineConfig | str = DEFAULT_CONFIG, mlflow_parent_run_
                        [{"cfg": cfg.clean, "spec": spec, "work_dir": work_dir} for spec in specs])
         manifest = finalize_task(cfg.clean, specs, metas, work_dir, out)
         tracking.log_metrics(run.mlflow_uri, run.run_id, {k: v for k, v in manifest.items() if k != "unreadable_files"})
-        for name in ("manifest.json", "stats.parquet"):
+        for name in ("manifest.json", "stats.parquet", "samples.parquet"):
             tracking.log_artifact(run.mlflow_uri, run.run_id, run.dir("clean") / name, "clean")
-        rows = [{"reason": r, "documents": n} for r, n in sorted(manifest["rejected_by_reason"].items())]
-        rows += [{"reason": f"kept ({c})", "documents": n} for c, n in sorted(manifest["kept_by_channel"].items())]
-        rows += [{"reason": f"unreadable file: {u['path']}", "documents": u["docs_read_before_error"]}
-                 for u in manifest["unreadable_files"]]
-        table_artifact(cfg, "clean", rows, f"Cleaning: {manifest['docs_in']} in = {manifest['kept']} kept "
-                       f"+ {manifest['rejected']} rejected")
+        table_artifact(cfg, "clean", rule_table(run.dir("clean") / "stats.parquet", manifest["unreadable_files"]),
+                       f"Cleaning: {manifest['docs_in']} in = {manifest['kept']} kept + {manifest['rejected']} rejected"
+                       f" ({manifest['shards']} shards, {manifest['shards_skipped']} reused)")
     return manifest
 
 

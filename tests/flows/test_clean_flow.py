@@ -1,24 +1,31 @@
 """The clean flow's per-shard tasks on both executors: Prefect's process pool and a Ray cluster on loopback."""
 from __future__ import annotations
 
+import json
+import os
 import secrets
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
-from pretrain.config import parse_config
 from tasks.preflight.probe import free_port
-from tests.conftest import tiny_dict
+from tests.conftest import ROOT, tiny_dict
 
 pytestmark = pytest.mark.slow
 
 
-def run_flow(cfg):
-    from flows.stages import clean_flow
-
-    return clean_flow(cfg)
+def run_flow(data: dict, tmp: Path) -> dict:
+    """`pretrain clean` in a subprocess, as a user runs it; returns the manifest it prints."""
+    config = tmp / "clean.yaml"
+    config.write_text(yaml.safe_dump(data, allow_unicode=True))
+    proc = subprocess.run([sys.executable, "-m", "pretrain.cli", "clean", "--config", str(config)],
+                          capture_output=True, text=True, cwd=ROOT, env={**os.environ}, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = "\n" + proc.stdout
+    return json.loads(out[out.rindex("\n{\n") + 1:])  # the manifest is the last JSON object printed
 
 
 def comparable(manifest: dict) -> dict:
@@ -28,7 +35,7 @@ def comparable(manifest: dict) -> dict:
 @pytest.fixture(scope="module")
 def process_pool_manifest(tmp_path_factory):
     root = tmp_path_factory.mktemp("pool")
-    return run_flow(parse_config(tiny_dict(root, clean={"executor": {"kind": "process", "workers": 2}})))
+    return run_flow(tiny_dict(root, clean={"executor": {"kind": "process", "workers": 2}}), root)
 
 
 def test_process_pool_flow(process_pool_manifest):
@@ -58,8 +65,7 @@ def ray_cluster(tmp_path, monkeypatch):
 
 
 def test_ray_cluster_flow_matches_process_pool(ray_cluster, tmp_path, process_pool_manifest):
-    cfg = parse_config(tiny_dict(tmp_path, clean={"executor": {"kind": "ray", "ray_address": ray_cluster}}))
-    m = run_flow(cfg)
+    m = run_flow(tiny_dict(tmp_path, clean={"executor": {"kind": "ray", "ray_address": ray_cluster}}), tmp_path)
     assert comparable(m) == comparable(process_pool_manifest)
     assert (tmp_path / "clean" / "_SUCCESS").is_file()
     assert not (tmp_path / "clean.shards").exists()

@@ -196,12 +196,21 @@ class CleanConfig(Strict):
 
 
 class TokenizerConfig(Strict):
-    vocab_size: int = Field(8000, ge=300, description="learned vocabulary incl. special tokens, excl. the reserved block")
+    vocab_size: int = Field(8000, description="learned vocabulary incl. the 256 byte tokens and bos/eos/pad, excl. the reserved block")
     reserved_tokens: int = Field(64, ge=0, description="reserved special tokens kept free for later work")
     min_frequency: int = Field(2, ge=1)
     max_training_chars: int = Field(200_000_000, gt=0, description="cap on characters fed to the trainer")
     held_out_docs: int = Field(200, ge=1, description="documents per channel kept aside for the report")
     pad_to_multiple: int = Field(128, ge=1, description="model embedding rows = vocab + reserved, rounded up to this")
+
+
+    @model_validator(mode="after")
+    def _room_for_merges(self) -> "TokenizerConfig":
+        minimum = 256 + 3 + 1  # every byte, bos/eos/pad, and at least one merge
+        if self.vocab_size < minimum:
+            raise ValueError(f"tokenizer.vocab_size={self.vocab_size} leaves no room for merges: the 256 byte tokens "
+                             f"and 3 special tokens come first; set tokenizer.vocab_size to at least {minimum}")
+        return self
 
 
 class TokenizeConfig(Strict):

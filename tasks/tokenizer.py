@@ -11,6 +11,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_toke
 
 from pretrain.config import TokenizerConfig
 from tasks.common.outputs import require_complete, staged_output, write_json
+from tasks.tokenizer_report import cjk_coverage, digits_split, vocabulary_diagnostics
 
 BOS, EOS, PAD = "<|bos|>", "<|eos|>", "<|pad|>"
 SPECIAL_TOKENS = [BOS, EOS, PAD]
@@ -107,9 +108,9 @@ def file_sha256(path: Path) -> str:
 def run_tokenizer(cfg: TokenizerConfig, clean_dir: Path, out_dir: Path, max_seq_len: int = 4096) -> dict:
     require_complete(clean_dir, "clean")
     train_texts, held = split_corpus(clean_dir / "kept", cfg.held_out_docs)
-    if not train_texts:
-        raise ValueError(f"{clean_dir}/kept has no documents to train a tokenizer on; "
-                         f"check clean.sources and the clean stage's rejects")
+    if not any(t.strip() for t in train_texts):
+        raise ValueError(f"{clean_dir}/kept has no documents to train a tokenizer on (the clean stage kept "
+                         f"nothing outside the held-out set); check clean.sources and clean/stats.parquet")
     tok = train_tokenizer(train_texts, cfg)
     with staged_output(out_dir) as tmp:
         tok.save(str(tmp / "tokenizer.json"))
@@ -124,6 +125,9 @@ def run_tokenizer(cfg: TokenizerConfig, clean_dir: Path, out_dir: Path, max_seq_
             "special_tokens": {t: tok.token_to_id(t) for t in SPECIAL_TOKENS},
             "training_docs": len(train_texts),
             "held_out": channel_report(tok, held),
+            "digits_split_one_by_one": digits_split(tok),
+            **vocabulary_diagnostics(tok, set(SPECIAL_TOKENS) | set(reserved_names(cfg.reserved_tokens))),
+            **cjk_coverage(tok, train_texts),
             "tokenizer_sha256": file_sha256(tmp / "tokenizer.json"),
         }
         write_json(tmp / "report.json", report)

@@ -46,3 +46,63 @@ def test_requires_complete_clean_output(tmp_path, tiny_cfg):
     (tmp_path / "clean").mkdir()
     with pytest.raises(FileNotFoundError, match="no complete 'clean' output"):
         run_tokenizer(tiny_cfg.tokenizer, tmp_path / "clean", tmp_path / "tok")
+
+
+def test_transformers_loads_the_directory_with_the_same_ids(prepared_run):
+    from transformers import AutoTokenizer
+
+    tok_dir = prepared_run[1] / "tokenizer"
+    hf = AutoTokenizer.from_pretrained(str(tok_dir))
+    raw = load_tokenizer(tok_dir)
+    for text in ["价格是9.11元，不是9.9元。", "def f(x):\n    return x ** 2", "plain English text."]:
+        assert hf(text)["input_ids"] == raw.encode(text, add_special_tokens=False).ids
+        assert hf.decode(hf(text)["input_ids"]) == text
+    assert (hf.bos_token_id, hf.eos_token_id, hf.pad_token_id) == (0, 1, 2)
+
+
+def test_report_diagnostics(prepared_run):
+    report = read_json(prepared_run[1] / "tokenizer" / "report.json")
+    assert report["digits_split_one_by_one"] is True
+    assert report["unreachable_tokens"] == 0
+    assert report["partial_utf8_tokens"] > 0  # byte-level BPE always learns some
+    assert 0 <= report["cjk_single_token_share"] <= 1 and report["cjk_chars_checked"] > 0
+    assert len(report["longest_tokens"]) == 10
+
+
+def test_unreachable_token_is_detected():
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from tasks.tokenizer_report import byte_decoder, vocabulary_diagnostics
+
+    vocab = {ch: i for i, ch in enumerate(sorted(byte_decoder()))}
+    vocab["ab"] = len(vocab)  # in the vocabulary, but no merge builds it
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    diag = vocabulary_diagnostics(tok, set())
+    assert diag["unreachable_tokens"] == 1 and diag["unreachable_examples"] == ["ab"]
+
+
+def test_byte_alphabet_maps_to_all_bytes():
+    from tasks.tokenizer_report import byte_decoder, token_bytes
+
+    assert sorted(byte_decoder().values()) == list(range(256))
+    assert token_bytes("Ġthe") == b" the" and token_bytes("中") is None  # 中 is no byte-alphabet character
+
+
+def test_vocab_size_below_bytes_and_specials_is_a_clear_error(tmp_path):
+    from pretrain.config import ConfigError, parse_config
+    from tests.conftest import tiny_dict
+
+    with pytest.raises(ConfigError, match=r"tokenizer.vocab_size=200 leaves no room for merges.*at least 260"):
+        parse_config(tiny_dict(tmp_path, tokenizer={"vocab_size": 200}))
+
+
+def test_empty_corpus_is_a_clear_error(tmp_path, tiny_cfg):
+    from pretrain.config import CleanConfig, SourceConfig
+    from tasks.clean.stage import run_clean
+
+    src = tmp_path / "empty.jsonl"
+    src.write_text('{"text": "short"}\n')
+    run_clean(CleanConfig(sources=[SourceConfig(path=str(src))]), tmp_path / "clean")
+    with pytest.raises(ValueError, match="no documents to train a tokenizer on"):
+        run_tokenizer(tiny_cfg.tokenizer, tmp_path / "clean", tmp_path / "tok")

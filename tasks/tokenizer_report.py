@@ -1,0 +1,69 @@
+"""Vocabulary diagnostics for the tokenizer report.
+
+Byte-level BPE stores each token as a string over a 256-character alphabet that
+stands for bytes (GPT-2's bytes_to_unicode); decoding that map gives the token's
+bytes, from which reachability and UTF-8 completeness follow.
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from functools import lru_cache
+
+from tokenizers import Tokenizer
+
+_CJK = re.compile(r"[\u4e00-\u9fff]")
+DIGIT_PROBE = "0123456789 3.14159 2024年11月30日 v1.2.3 +86-138-0000-0000"
+
+
+@lru_cache(maxsize=1)
+def byte_decoder() -> dict[str, int]:
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    chars, extra = printable[:], 0
+    for b in range(256):
+        if b not in printable:
+            printable.append(b)
+            chars.append(256 + extra)
+            extra += 1
+    return {chr(c): b for b, c in zip(printable, chars)}
+
+
+def token_bytes(token: str) -> bytes | None:
+    table = byte_decoder()
+    if any(ch not in table for ch in token):
+        return None  # a special or added token, not a byte-level piece
+    return bytes(table[ch] for ch in token)
+
+
+def vocabulary_diagnostics(tok: Tokenizer, special: set[str], longest: int = 10) -> dict:
+    unreachable, partial, decoded = [], 0, []
+    for token, idx in tok.get_vocab(with_added_tokens=False).items():
+        if token in special:
+            continue
+        raw = token_bytes(token)
+        if raw is None:
+            continue
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            partial += 1  # a fragment of a multi-byte character: normal in byte-level BPE
+            continue
+        decoded.append((text, idx))
+        if tok.encode(text, add_special_tokens=False).ids != [idx]:
+            unreachable.append(text)
+    decoded.sort(key=lambda t: (-len(t[0]), t[1]))
+    return {"unreachable_tokens": len(unreachable), "unreachable_examples": unreachable[:20],
+            "partial_utf8_tokens": partial, "longest_tokens": [t for t, _ in decoded[:longest]]}
+
+
+def cjk_coverage(tok: Tokenizer, texts: list[str], top: int = 500) -> dict:
+    """Share of the corpus's most frequent CJK characters that are one token each."""
+    counts = Counter(ch for t in texts for ch in _CJK.findall(t))
+    common = [ch for ch, _ in counts.most_common(top)]
+    single = sum(len(tok.encode(ch, add_special_tokens=False).ids) == 1 for ch in common)
+    return {"cjk_chars_checked": len(common), "cjk_single_token_share": round(single / len(common), 4) if common else None}
+
+
+def digits_split(tok: Tokenizer) -> bool:
+    tokens = tok.encode(DIGIT_PROBE, add_special_tokens=False).tokens
+    return all(sum(c.isdigit() for c in t) <= 1 for t in tokens)

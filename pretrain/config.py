@@ -199,7 +199,10 @@ class TokenizerConfig(Strict):
     vocab_size: int = Field(8000, description="learned vocabulary incl. the 256 byte tokens and bos/eos/pad, excl. the reserved block")
     reserved_tokens: int = Field(64, ge=0, description="reserved special tokens kept free for later work")
     min_frequency: int = Field(2, ge=1)
-    max_training_chars: int = Field(200_000_000, gt=0, description="cap on characters fed to the trainer")
+    max_training_chars: int = Field(200_000_000, gt=0, description="cap on characters fed to the trainer (bounds its memory)")
+    channel_mix: dict[Literal["zh", "en", "code", "other"], float] = Field(
+        default_factory=lambda: {"zh": 0.4, "en": 0.4, "code": 0.2},
+        description="share of max_training_chars per channel; a channel with less text contributes all it has")
     held_out_docs: int = Field(200, ge=1, description="documents per channel kept aside for the report")
     pad_to_multiple: int = Field(128, ge=1, description="model embedding rows = vocab + reserved, rounded up to this")
 

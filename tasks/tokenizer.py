@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import hashlib
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
+import pyarrow as pa
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 from pretrain.config import TokenizerConfig
@@ -34,36 +36,44 @@ def new_tokenizer() -> Tokenizer:
     return tok
 
 
-def is_held_out(doc_id: str, channel: str, quota: dict[str, int], limit: int) -> bool:
-    # A stable hash picks the held-out set, so a rerun holds out the same documents.
-    if quota[channel] >= limit:
-        return False
-    if hashlib.blake2b(doc_id.encode(), digest_size=2).digest()[0] % 4 == 0:
-        quota[channel] += 1
-        return True
-    return False
+def _unit_hash(doc_id: str, salt: str) -> float:
+    """A stable number in [0, 1) per document: sampling decisions survive reruns and reordering."""
+    return int.from_bytes(hashlib.blake2b(f"{salt}:{doc_id}".encode(), digest_size=8).digest(), "big") / 2**64
 
 
-def split_corpus(kept_dir: Path, held_out_docs: int) -> tuple[list[str], dict[str, list[str]]]:
-    """(training texts, held-out texts per channel)."""
-    table = ds.dataset(kept_dir, format="parquet").to_table(columns=["id", "channel", "text"])
-    quota: dict[str, int] = defaultdict(int)
-    train, held = [], defaultdict(list)
-    for doc_id, channel, text in zip(*(table.column(c).to_pylist() for c in ("id", "channel", "text"))):
-        if is_held_out(doc_id, channel, quota, held_out_docs):
-            held[channel].append(text)
-        else:
-            train.append(text)
-    return train, dict(held)
+def sampling_rates(clean_dir: Path, cfg: TokenizerConfig) -> dict[str, float]:
+    """Per channel, the share of its documents to sample so it contributes its part of max_training_chars."""
+    stats = pq.read_table(clean_dir / "stats.parquet").to_pylist()
+    totals: dict[str, int] = defaultdict(int)
+    for row in stats:
+        if row["outcome"] == "kept":
+            totals[row["channel"]] += row["chars"]
+    weights = {c: w for c, w in cfg.channel_mix.items() if totals.get(c)}
+    norm = sum(weights.values()) or 1.0
+    return {c: min(1.0, cfg.max_training_chars * w / norm / totals[c]) for c, w in weights.items()}
 
 
-def capped(texts: list[str], max_chars: int) -> Iterator[str]:
-    total = 0
-    for text in texts:
-        if total >= max_chars:
-            return
-        total += len(text)
-        yield text
+@dataclass
+class Sample:
+    train: list[str]
+    held: dict[str, list[str]]
+    ids: list[tuple[str, str]]  # (id, channel) of every training document, for the record
+
+
+def sample_corpus(clean_dir: Path, cfg: TokenizerConfig) -> Sample:
+    """Held-out documents per channel, then a channel-mixed training sample, streamed batch by batch."""
+    rates = sampling_rates(clean_dir, cfg)
+    held: dict[str, list[str]] = defaultdict(list)
+    train, ids = [], []
+    dataset = ds.dataset(clean_dir / "kept", format="parquet")
+    for batch in dataset.to_batches(columns=["id", "channel", "text"], batch_size=4096):
+        for doc_id, channel, text in zip(*(batch.column(c).to_pylist() for c in ("id", "channel", "text"))):
+            if len(held[channel]) < cfg.held_out_docs and _unit_hash(doc_id, "held") < 0.25:
+                held[channel].append(text)
+            elif _unit_hash(doc_id, "train") < rates.get(channel, 0.0):
+                train.append(text)
+                ids.append((doc_id, channel))
+    return Sample(train, {c: t for c, t in held.items() if t}, ids)
 
 
 def train_tokenizer(texts: list[str], cfg: TokenizerConfig) -> Tokenizer:
@@ -71,7 +81,7 @@ def train_tokenizer(texts: list[str], cfg: TokenizerConfig) -> Tokenizer:
     trainer = trainers.BpeTrainer(
         vocab_size=cfg.vocab_size, min_frequency=cfg.min_frequency, special_tokens=SPECIAL_TOKENS,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tok.train_from_iterator(capped(texts, cfg.max_training_chars), trainer=trainer, length=len(texts))
+    tok.train_from_iterator(texts, trainer=trainer, length=len(texts))
     tok.add_special_tokens(reserved_names(cfg.reserved_tokens))
     return tok
 
@@ -107,7 +117,8 @@ def file_sha256(path: Path) -> str:
 
 def run_tokenizer(cfg: TokenizerConfig, clean_dir: Path, out_dir: Path, max_seq_len: int = 4096) -> dict:
     require_complete(clean_dir, "clean")
-    train_texts, held = split_corpus(clean_dir / "kept", cfg.held_out_docs)
+    sample = sample_corpus(clean_dir, cfg)
+    train_texts, held = sample.train, sample.held
     if not any(t.strip() for t in train_texts):
         raise ValueError(f"{clean_dir}/kept has no documents to train a tokenizer on (the clean stage kept "
                          f"nothing outside the held-out set); check clean.sources and clean/stats.parquet")
@@ -116,6 +127,8 @@ def run_tokenizer(cfg: TokenizerConfig, clean_dir: Path, out_dir: Path, max_seq_
         tok.save(str(tmp / "tokenizer.json"))
         write_json(tmp / "tokenizer_config.json", hf_tokenizer_config(max_seq_len))
         write_json(tmp / "special_tokens_map.json", {"bos_token": BOS, "eos_token": EOS, "pad_token": PAD})
+        pq.write_table(pa.table({"id": [i for i, _ in sample.ids], "channel": [c for _, c in sample.ids]}),
+                       tmp / "training_sample.parquet")
         learned = tok.get_vocab_size(with_added_tokens=True) - cfg.reserved_tokens
         report = {
             "vocab_size": learned,
@@ -124,6 +137,8 @@ def run_tokenizer(cfg: TokenizerConfig, clean_dir: Path, out_dir: Path, max_seq_
             "embedding_rows": embedding_rows(tok.get_vocab_size(with_added_tokens=True), cfg.pad_to_multiple),
             "special_tokens": {t: tok.token_to_id(t) for t in SPECIAL_TOKENS},
             "training_docs": len(train_texts),
+            "training_chars_by_channel": {c: sum(len(t) for t, (_, ch) in zip(train_texts, sample.ids) if ch == c)
+                                          for c in sorted({ch for _, ch in sample.ids})},
             "held_out": channel_report(tok, held),
             "digits_split_one_by_one": digits_split(tok),
             **vocabulary_diagnostics(tok, set(SPECIAL_TOKENS) | set(reserved_names(cfg.reserved_tokens))),

@@ -1,8 +1,9 @@
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 import pytest
 
 from tasks.common.outputs import read_json
-from tasks.tokenizer import BOS, EOS, PAD, load_tokenizer, run_tokenizer, split_corpus
+from tasks.tokenizer import BOS, EOS, PAD, load_tokenizer, run_tokenizer, sample_corpus
 
 
 def test_report_and_files(prepared_run):
@@ -35,11 +36,24 @@ def test_digits_are_split_one_by_one(prepared_run):
 
 
 def test_held_out_is_disjoint_from_training(prepared_run):
-    _, root = prepared_run
-    train, held = split_corpus(root / "clean" / "kept", 4)
-    held_texts = {t for texts in held.values() for t in texts}
-    assert held_texts and not held_texts & set(train)
-    assert len(train) + len(held_texts) == ds.dataset(root / "clean" / "kept").count_rows()
+    cfg, root = prepared_run
+    sample = sample_corpus(root / "clean", cfg.tokenizer)
+    held_texts = {t for texts in sample.held.values() for t in texts}
+    assert held_texts and not held_texts & set(sample.train)
+    recorded = pq.read_table(root / "tokenizer" / "training_sample.parquet").to_pylist()
+    assert len(recorded) == len(sample.train) == read_json(root / "tokenizer" / "report.json")["training_docs"]
+
+
+def test_channel_mix_and_cap_bound_the_sample(prepared_run):
+    cfg, root = prepared_run
+    capped = cfg.tokenizer.model_copy(update={"max_training_chars": 20_000, "channel_mix": {"zh": 0.5, "code": 0.5}})
+    sample = sample_corpus(root / "clean", capped)
+    chars = {c: sum(len(t) for t, (_, ch) in zip(sample.train, sample.ids) if ch == c) for c in ("zh", "en", "code")}
+    assert chars["en"] == 0  # not in the mix
+    assert 0 < chars["code"] < 2 * 10_000  # about its share of the cap (sampling is per document)
+    assert sum(chars.values()) < 2 * 20_000
+    again = sample_corpus(root / "clean", capped)
+    assert again.ids == sample.ids  # deterministic
 
 
 def test_requires_complete_clean_output(tmp_path, tiny_cfg):

@@ -106,15 +106,14 @@ def tokenizer_flow(config: PipelineConfig | str = DEFAULT_CONFIG, mlflow_parent_
     cfg = resolve_config(config)
     with stage_run(cfg, "tokenizer", mlflow_parent_run_id) as run:
         report = tokenizer_task(cfg, str(run.dir("clean")), str(run.dir("tokenizer")))
-        tracking.log_metrics(run.mlflow_uri, run.run_id, {k: v for k, v in report.items() if k != "special_tokens"})
-        for name in ("tokenizer.json", "report.json"):
+        tracking.log_metrics(run.mlflow_uri, run.run_id, {k: v for k, v in report.items()
+                                                          if k in ("vocab_size", "total_tokens", "embedding_rows", "held_out",
+                                                                   "unreachable_tokens", "partial_utf8_tokens",
+                                                                   "cjk_single_token_share")})
+        for name in ("tokenizer.json", "report.json", "report.md", "training_sample.parquet"):
             tracking.log_artifact(run.mlflow_uri, run.run_id, run.dir("tokenizer") / name, "tokenizer")
-        lines = [f"**vocab** {report['vocab_size']} + {report['reserved_tokens']} reserved "
-                 f"-> {report['embedding_rows']} embedding rows", "",
-                 "| channel | docs | chars/token | bytes/token | round-trip failures |", "|---|---|---|---|---|"]
-        lines += [f"| {c} | {r['docs']} | {r['chars_per_token']} | {r['bytes_per_token']} | {r['roundtrip_failures']} |"
-                  for c, r in report["held_out"].items()]
-        markdown_artifact(cfg, "tokenizer", "\n".join(lines), "Tokenizer report on held-out text")
+        markdown_artifact(cfg, "tokenizer", (run.dir("tokenizer") / "report.md").read_text(encoding="utf-8"),
+                          "Tokenizer report on held-out text")
     return report
 
 

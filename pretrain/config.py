@@ -195,6 +195,17 @@ class CleanConfig(Strict):
     batch_size: int = Field(2000, gt=0, description="documents per output Parquet part")
 
 
+class PruneConfig(Strict):
+    """Dirty-token pruning after training (tasks/tokenizer_prune.py)."""
+    enabled: bool = True
+    lexicons: list[str] = Field(default_factory=list, description="term lists whose every term marks a dirty token (e.g. porn word lists)")
+    min_builtin_weight: float = Field(3.0, ge=0, description="built-in terms used: those of at least this weight (gambling, porn, scams); "
+                                      "lighter ones are everyday words that only signal adverts in density")
+    min_repeat_run: int = Field(8, ge=2, description="a token of one character repeated at least this often is junk")
+    protect_min_docs: int = Field(5, ge=1, description="never prune a token used by at least this many clean documents ...")
+    protect_doc_share: float = Field(0.01, ge=0, le=1, description="... or by this share of them, whichever is larger")
+
+
 class TokenizerConfig(Strict):
     vocab_size: int = Field(8000, description="learned vocabulary incl. the 256 byte tokens and bos/eos/pad, excl. the reserved block")
     reserved_tokens: int = Field(64, ge=0, description="reserved special tokens kept free for later work")
@@ -205,6 +216,7 @@ class TokenizerConfig(Strict):
         description="share of max_training_chars per channel; a channel with less text contributes all it has")
     held_out_docs: int = Field(200, ge=1, description="documents per channel kept aside for the report")
     pad_to_multiple: int = Field(128, ge=1, description="model embedding rows = vocab + reserved, rounded up to this")
+    prune: PruneConfig = PruneConfig()
 
 
     @model_validator(mode="after")

@@ -13,7 +13,8 @@ from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_toke
 
 from pretrain.config import TokenizerConfig
 from tasks.common.outputs import require_complete, staged_output, write_json
-from tasks.tokenizer_report import cjk_coverage, digits_split, vocabulary_diagnostics
+from tasks.tokenizer_prune import prune_tokenizer, verify
+from tasks.tokenizer_report import DIGIT_PROBE, cjk_coverage, digits_split, report_markdown, vocabulary_diagnostics
 
 BOS, EOS, PAD = "<|bos|>", "<|eos|>", "<|pad|>"
 SPECIAL_TOKENS = [BOS, EOS, PAD]
@@ -86,6 +87,20 @@ def train_tokenizer(texts: list[str], cfg: TokenizerConfig) -> Tokenizer:
     return tok
 
 
+PRUNE_USAGE_DOCS = 20_000  # documents encoded to find which candidates clean text relies on
+
+
+def prune(tok: Tokenizer, cfg: TokenizerConfig, train_texts: list[str], held: dict[str, list[str]]) -> dict:
+    held_texts = [t for texts in held.values() for t in texts]
+    result = prune_tokenizer(tok, train_texts[:PRUNE_USAGE_DOCS] + held_texts, cfg.prune,
+                             set(SPECIAL_TOKENS) | set(reserved_names(cfg.reserved_tokens)))
+    checks = verify(result.tokenizer, held_texts + [DIGIT_PROBE])
+    if not checks["ids_contiguous"] or checks["roundtrip_failures_after_pruning"]:
+        raise RuntimeError(f"pruning left an inconsistent tokenizer ({checks}); set tokenizer.prune.enabled: false "
+                           f"and report this as a bug")
+    return {"enabled": True, **result.summary(), **checks, "tokenizer": result.tokenizer}
+
+
 def channel_report(tok: Tokenizer, held: dict[str, list[str]]) -> dict:
     report = {}
     for channel, texts in sorted(held.items()):
@@ -123,6 +138,8 @@ def run_tokenizer(cfg: TokenizerConfig, clean_dir: Path, out_dir: Path, max_seq_
         raise ValueError(f"{clean_dir}/kept has no documents to train a tokenizer on (the clean stage kept "
                          f"nothing outside the held-out set); check clean.sources and clean/stats.parquet")
     tok = train_tokenizer(train_texts, cfg)
+    pruning = prune(tok, cfg, train_texts, held) if cfg.prune.enabled else {"enabled": False}
+    tok = pruning.pop("tokenizer", tok)
     with staged_output(out_dir) as tmp:
         tok.save(str(tmp / "tokenizer.json"))
         write_json(tmp / "tokenizer_config.json", hf_tokenizer_config(max_seq_len))
@@ -140,12 +157,14 @@ def run_tokenizer(cfg: TokenizerConfig, clean_dir: Path, out_dir: Path, max_seq_
             "training_chars_by_channel": {c: sum(len(t) for t, (_, ch) in zip(train_texts, sample.ids) if ch == c)
                                           for c in sorted({ch for _, ch in sample.ids})},
             "held_out": channel_report(tok, held),
+            "pruning": pruning,
             "digits_split_one_by_one": digits_split(tok),
             **vocabulary_diagnostics(tok, set(SPECIAL_TOKENS) | set(reserved_names(cfg.reserved_tokens))),
             **cjk_coverage(tok, train_texts),
             "tokenizer_sha256": file_sha256(tmp / "tokenizer.json"),
         }
         write_json(tmp / "report.json", report)
+        (tmp / "report.md").write_text(report_markdown(report), encoding="utf-8")
     return report
 
 

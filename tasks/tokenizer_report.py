@@ -67,3 +67,23 @@ def cjk_coverage(tok: Tokenizer, texts: list[str], top: int = 500) -> dict:
 def digits_split(tok: Tokenizer) -> bool:
     tokens = tok.encode(DIGIT_PROBE, add_special_tokens=False).tokens
     return all(sum(c.isdigit() for c in t) <= 1 for t in tokens)
+
+
+def report_markdown(report: dict) -> str:
+    lines = [f"**vocabulary** {report['vocab_size']} learned + {report['reserved_tokens']} reserved = "
+             f"{report['total_tokens']} tokens -> {report['embedding_rows']} embedding rows", "",
+             "| channel | docs | chars/token | bytes/token | round-trip failures |", "|---|---|---|---|---|"]
+    lines += [f"| {c} | {r['docs']} | {r['chars_per_token']} | {r['bytes_per_token']} | {r['roundtrip_failures']} |"
+              for c, r in report["held_out"].items()]
+    lines += ["", f"- digits split one by one: {report['digits_split_one_by_one']}",
+              f"- unreachable tokens: {report['unreachable_tokens']}; partial-UTF-8 tokens: {report['partial_utf8_tokens']}",
+              f"- most frequent CJK characters that are one token: {report['cjk_single_token_share']} "
+              f"(of {report['cjk_chars_checked']})",
+              f"- longest tokens: {', '.join(repr(t) for t in report['longest_tokens'][:5])}"]
+    pruning = report.get("pruning", {})
+    if pruning.get("enabled"):
+        lines += ["", f"**pruned** {pruning['removed_total']} tokens: {pruning['removed_by_reason']}; "
+                  f"protected (used by many clean documents): {pruning['protected_total']}"]
+        for reason, examples in pruning["removed_examples"].items():
+            lines.append(f"- {reason}: {', '.join(repr(t) for t in examples[:10])}")
+    return "\n".join(lines) + "\n"

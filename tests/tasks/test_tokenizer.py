@@ -9,8 +9,8 @@ from tasks.tokenizer import BOS, EOS, PAD, load_tokenizer, run_tokenizer, sample
 def test_report_and_files(prepared_run):
     cfg, root = prepared_run
     report = read_json(root / "tokenizer" / "report.json")
-    assert report["vocab_size"] == cfg.tokenizer.vocab_size
-    assert report["total_tokens"] == cfg.tokenizer.vocab_size + cfg.tokenizer.reserved_tokens
+    assert report["vocab_size"] == cfg.tokenizer.vocab_size - report["pruning"]["removed_total"]
+    assert report["total_tokens"] == report["vocab_size"] + cfg.tokenizer.reserved_tokens
     assert report["embedding_rows"] % 128 == 0 and report["embedding_rows"] >= report["total_tokens"]
     assert report["special_tokens"] == {BOS: 0, EOS: 1, PAD: 2}
     assert set(report["held_out"]) == {"zh", "en", "code"}

@@ -1,0 +1,155 @@
+"""Dirty-token pruning: remove porn / gambling / spam and junk tokens from a trained byte-level BPE.
+
+A token is a candidate when its text contains a term of the dirty lexicons, looks
+like a URL fragment, or is a long run of one repeated character. A candidate that
+many clean documents use is protected, not removed. Removing a token also removes
+the merge that builds it and every merge that consumes it, recursively (the tokens
+those merges built could never be produced again). Byte tokens and special tokens
+are never removed, so every text stays encodable; ids are renumbered contiguously.
+"""
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+from tokenizers import Tokenizer
+
+from pretrain.config import PruneConfig
+from tasks.clean.rules.dirty import Lexicon, builtin_paths, parse_terms, read_list
+from tasks.tokenizer_report import byte_decoder, token_bytes
+
+_URL = re.compile(r"https?|://|www\.|\.(com|net|org|cn|html?|php)\b", re.I)
+
+
+@dataclass
+class PruneResult:
+    tokenizer: Tokenizer
+    removed: dict[str, list[str]] = field(default_factory=dict)   # reason -> token texts
+    protected: list[dict] = field(default_factory=list)           # candidates kept because clean documents use them
+
+    def summary(self, examples: int = 15) -> dict:
+        return {"removed_total": sum(len(v) for v in self.removed.values()),
+                "removed_by_reason": {r: len(v) for r, v in self.removed.items()},
+                "removed_examples": {r: v[:examples] for r, v in self.removed.items()},
+                "protected": self.protected[:examples], "protected_total": len(self.protected)}
+
+
+def pruning_lexicon(cfg: PruneConfig) -> Lexicon:
+    """Built-in terms of at least min_builtin_weight (gambling, porn, scams), and every term of the user's lists.
+
+    The lower-weight built-in terms (discount, sign up, loan) are everyday words
+    that only signal an advert in density; they stay in the vocabulary.
+    """
+    terms: dict[str, float] = {}
+    for path in builtin_paths(".terms.txt"):
+        terms.update({t: w for t, w in parse_terms(read_list(path)).items() if w >= cfg.min_builtin_weight})
+    for path in cfg.lexicons:
+        terms.update(parse_terms(read_list(path)))
+    return Lexicon(terms)
+
+
+def token_text(token: str) -> str | None:
+    raw = token_bytes(token)
+    if raw is None:
+        return None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def candidate_reason(text: str, lexicon: Lexicon, cfg: PruneConfig) -> str | None:
+    stripped = text.strip()
+    hits = lexicon.hits(stripped)
+    # a Latin term counts only in a word-initial token (" shit"), not in a word piece ("ass" of "class")
+    if any(not term.isascii() for term, _ in hits) or (hits and text[:1].isspace()):
+        return "dirty_lexicon"
+    if len(stripped) >= 4 and _URL.search(stripped):
+        return "url_fragment"
+    if len(stripped) >= cfg.min_repeat_run and len(set(stripped)) == 1 and not stripped.isspace():
+        return "repeated_character"
+    return None
+
+
+def document_usage(tok: Tokenizer, texts: list[str]) -> Counter:
+    """token id -> number of documents whose encoding uses it."""
+    usage: Counter = Counter()
+    for enc in tok.encode_batch(texts, add_special_tokens=False):
+        usage.update(set(enc.ids))
+    return usage
+
+
+def merge_children(merges: list[tuple[str, str]]) -> dict[str, list[str]]:
+    """token -> the tokens built by merges that consume it."""
+    children: dict[str, list[str]] = {}
+    for a, b in merges:
+        children.setdefault(a, []).append(a + b)
+        if b != a:
+            children.setdefault(b, []).append(a + b)
+    return children
+
+
+def removal_closure(root: str, children: dict[str, list[str]]) -> set[str]:
+    """The root and every token that can only be built through it."""
+    removed, stack = {root}, [root]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            if child not in removed:
+                removed.add(child)
+                stack.append(child)
+    return removed
+
+
+def rebuild(tok: Tokenizer, removed: set[str]) -> Tokenizer:
+    data = json.loads(tok.to_str())
+    model = data["model"]
+    merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" ", 1)) for m in model["merges"]]
+    ordered = sorted(model["vocab"].items(), key=lambda kv: kv[1])
+    model["vocab"] = {t: i for i, (t, _) in enumerate((t, i) for t, i in ordered if t not in removed)}
+    model["merges"] = [[a, b] for a, b in merges if a not in removed and b not in removed and a + b not in removed]
+    next_id = len(model["vocab"])
+    for added in sorted(data["added_tokens"], key=lambda a: a["id"]):
+        if added["content"] in model["vocab"]:
+            added["id"] = model["vocab"][added["content"]]
+        else:
+            added["id"], next_id = next_id, next_id + 1
+    return Tokenizer.from_str(json.dumps(data))
+
+
+def prune_tokenizer(tok: Tokenizer, clean_texts: list[str], cfg: PruneConfig, special: set[str]) -> PruneResult:
+    lexicon = pruning_lexicon(cfg)
+    alphabet = set(byte_decoder())
+    vocab = tok.get_vocab(with_added_tokens=False)
+    usage = document_usage(tok, clean_texts)
+    protect_at = max(cfg.protect_min_docs, int(cfg.protect_doc_share * len(clean_texts)))
+    data = json.loads(tok.to_str())
+    children = merge_children([tuple(m) if isinstance(m, list) else tuple(m.split(" ", 1)) for m in data["model"]["merges"]])
+    result, removed = PruneResult(tok), set()
+    for token, idx in sorted(vocab.items(), key=lambda kv: kv[1]):
+        if token in special or token in alphabet:
+            continue
+        text = token_text(token)
+        reason = candidate_reason(text, lexicon, cfg) if text is not None else None
+        if reason is None:
+            continue
+        closure = removal_closure(token, children) - alphabet - special
+        busiest = max(closure, key=lambda t: usage[vocab.get(t, -1)])
+        if usage[vocab.get(busiest, -1)] >= protect_at:
+            result.protected.append({"token": text, "reason": reason, "documents": usage[vocab.get(busiest, -1)],
+                                     "because_of": token_text(busiest) or busiest})
+            continue
+        result.removed.setdefault(reason, []).append(text)
+        for extra in sorted(closure - {token} - removed, key=lambda t: vocab.get(t, 0)):
+            result.removed.setdefault("built_from_removed_token", []).append(token_text(extra) or extra)
+        removed |= closure
+    result.tokenizer = rebuild(tok, removed) if removed else tok
+    return result
+
+
+def verify(tok: Tokenizer, texts: list[str]) -> dict:
+    """Contiguous ids, every text encodable and round-tripping."""
+    ids = sorted(tok.get_vocab(with_added_tokens=True).values())
+    failures = sum(tok.decode(tok.encode(t, add_special_tokens=False).ids, skip_special_tokens=False) != t for t in texts)
+    return {"ids_contiguous": ids == list(range(len(ids))), "roundtrip_failures_after_pruning": failures}

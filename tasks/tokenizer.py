@@ -14,7 +14,8 @@ from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_toke
 from pretrain.config import TokenizerConfig
 from tasks.common.outputs import require_complete, staged_output, write_json
 from tasks.tokenizer_prune import prune_tokenizer, verify
-from tasks.tokenizer_report import DIGIT_PROBE, cjk_coverage, digits_split, report_markdown, vocabulary_diagnostics
+from tasks.tokenizer_report import (DIGIT_PROBE, cjk_coverage, digits_split, reference_compression, report_markdown,
+                                    vocabulary_diagnostics)
 
 BOS, EOS, PAD = "<|bos|>", "<|eos|>", "<|pad|>"
 SPECIAL_TOKENS = [BOS, EOS, PAD]
@@ -157,6 +158,7 @@ def run_tokenizer(cfg: TokenizerConfig, clean_dir: Path, out_dir: Path, max_seq_
             "training_chars_by_channel": {c: sum(len(t) for t, (_, ch) in zip(train_texts, sample.ids) if ch == c)
                                           for c in sorted({ch for _, ch in sample.ids})},
             "held_out": channel_report(tok, held),
+            "reference_chars_per_token": reference_compression(held),
             "pruning": pruning,
             "digits_split_one_by_one": digits_split(tok),
             **vocabulary_diagnostics(tok, set(SPECIAL_TOKENS) | set(reserved_names(cfg.reserved_tokens))),

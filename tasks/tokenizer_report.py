@@ -70,11 +70,16 @@ def digits_split(tok: Tokenizer) -> bool:
 
 
 def report_markdown(report: dict) -> str:
+    ref = report.get("reference_chars_per_token", {})
+    refs = [n for n in REFERENCE_ENCODINGS if ref.get("available")]
     lines = [f"**vocabulary** {report['vocab_size']} learned + {report['reserved_tokens']} reserved = "
              f"{report['total_tokens']} tokens -> {report['embedding_rows']} embedding rows", "",
-             "| channel | docs | chars/token | bytes/token | round-trip failures |", "|---|---|---|---|---|"]
+             "| channel | docs | chars/token | bytes/token | round-trip failures |" + "".join(f" {n} chars/token |" for n in refs),
+             "|---|---|---|---|---|" + "---|" * len(refs)]
     lines += [f"| {c} | {r['docs']} | {r['chars_per_token']} | {r['bytes_per_token']} | {r['roundtrip_failures']} |"
-              for c, r in report["held_out"].items()]
+              + "".join(f" {ref[n].get(c, '')} |" for n in refs) for c, r in report["held_out"].items()]
+    if not ref.get("available", True) or ref.get("note"):
+        lines += ["", f"_{ref.get('note', '')}_"]
     lines += ["", f"- digits split one by one: {report['digits_split_one_by_one']}",
               f"- unreachable tokens: {report['unreachable_tokens']}; partial-UTF-8 tokens: {report['partial_utf8_tokens']}",
               f"- most frequent CJK characters that are one token: {report['cjk_single_token_share']} "
@@ -87,3 +92,24 @@ def report_markdown(report: dict) -> str:
         for reason, examples in pruning["removed_examples"].items():
             lines.append(f"- {reason}: {', '.join(repr(t) for t in examples[:10])}")
     return "\n".join(lines) + "\n"
+
+
+REFERENCE_ENCODINGS = ("cl100k_base", "o200k_base")
+
+
+def reference_compression(held: dict[str, list[str]]) -> dict:
+    """Characters per token of OpenAI's cl100k_base / o200k_base on the same held-out text.
+
+    They ship inside the optional bpe-openai package (no download); without it the
+    report says so instead of leaving the columns out silently.
+    """
+    try:
+        import bpe_openai
+    except ImportError:
+        return {"available": False, "note": "pip install bpe-openai to compare with cl100k_base / o200k_base"}
+    out: dict = {"available": True}
+    for name in REFERENCE_ENCODINGS:
+        enc = bpe_openai.get_encoding(name)
+        out[name] = {c: round(sum(map(len, texts)) / max(sum(len(enc.encode(t)) for t in texts), 1), 3)
+                     for c, texts in sorted(held.items())}
+    return out

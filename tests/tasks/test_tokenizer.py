@@ -120,3 +120,18 @@ def test_empty_corpus_is_a_clear_error(tmp_path, tiny_cfg):
     run_clean(CleanConfig(sources=[SourceConfig(path=str(src))]), tmp_path / "clean")
     with pytest.raises(ValueError, match="no documents to train a tokenizer on"):
         run_tokenizer(tiny_cfg.tokenizer, tmp_path / "clean", tmp_path / "tok")
+
+
+def test_reference_tokenizers_on_the_same_held_out_text(prepared_run):
+    pytest.importorskip("bpe_openai")
+    from tasks.tokenizer_report import reference_compression
+
+    held = {"en": ["The old lighthouse keeper wrote the weather in his logbook every evening."],
+            "zh": ["今天天气很好，我们去公园散步，然后在湖边喝茶。"]}
+    ref = reference_compression(held)
+    assert ref["available"] and set(ref) == {"available", "cl100k_base", "o200k_base"}
+    assert ref["o200k_base"]["en"] > 3.0  # a 200k vocabulary packs several English characters per token
+    report = read_json(prepared_run[1] / "tokenizer" / "report.json")
+    assert set(report["reference_chars_per_token"]["cl100k_base"]) == set(report["held_out"])
+    md = (prepared_run[1] / "tokenizer" / "report.md").read_text()
+    assert "o200k_base chars/token" in md

@@ -35,13 +35,31 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--config", required=True, help="pipeline YAML, e.g. configs/tiny.yaml")
     check = sub.add_parser("check-config", help="validate a config file and print it")
     check.add_argument("--config", required=True)
+    extend = sub.add_parser("extend-tokenizer", help="add domain terms to a trained tokenizer as added tokens")
+    extend.add_argument("--tokenizer", required=True, help="directory holding tokenizer.json")
+    extend.add_argument("--terms", required=True, help="file with one term per line")
+    extend.add_argument("--out", required=True, help="directory for the extended tokenizer")
     return parser
+
+
+def extend_command(args) -> int:
+    from tasks.tokenizer_extend import run_extend
+
+    try:
+        summary = run_extend(args.tokenizer, args.terms, args.out)
+    except (OSError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(json.dumps(summary, indent=2, ensure_ascii=False))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     # Prefect's telemetry heartbeat only fails on these offline machines
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     args = build_parser().parse_args(argv)
+    if args.command == "extend-tokenizer":
+        return extend_command(args)
     try:
         cfg = load_config(args.config)
     except ConfigError as err:

@@ -18,7 +18,7 @@ from tokenizers import Tokenizer
 
 from pretrain.config import PruneConfig
 from tasks.clean.rules.dirty import Lexicon, builtin_paths, parse_terms, read_list
-from tasks.tokenizer_report import byte_decoder, token_bytes
+from tasks.tokenizer_report import byte_decoder, token_text
 
 _URL = re.compile(r"https?|://|www\.|\.(com|net|org|cn|html?|php)\b", re.I)
 
@@ -48,16 +48,6 @@ def pruning_lexicon(cfg: PruneConfig) -> Lexicon:
     for path in cfg.lexicons:
         terms.update(parse_terms(read_list(path)))
     return Lexicon(terms)
-
-
-def token_text(token: str) -> str | None:
-    raw = token_bytes(token)
-    if raw is None:
-        return None
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
 
 
 def candidate_reason(text: str, lexicon: Lexicon, cfg: PruneConfig) -> str | None:

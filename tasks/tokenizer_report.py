@@ -35,6 +35,17 @@ def token_bytes(token: str) -> bytes | None:
     return bytes(table[ch] for ch in token)
 
 
+def token_text(token: str) -> str | None:
+    """The text a byte-level token stands for, or None for a fragment of a multi-byte character."""
+    raw = token_bytes(token)
+    if raw is None:
+        return None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
 def vocabulary_diagnostics(tok: Tokenizer, special: set[str], longest: int = 10) -> dict:
     unreachable, partial, decoded = [], 0, []
     for token, idx in tok.get_vocab(with_added_tokens=False).items():

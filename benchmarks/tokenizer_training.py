@@ -1,0 +1,91 @@
+"""Tokenizer training on the real corpora: time and peak memory against corpus size, and the report.
+
+    python benchmarks/tokenizer_training.py [--shared ../shared] [--vocab 32000]
+
+Cleans ../shared/corpora (zh and en) plus the Python standard library's own source
+(the code channel) with the default rules, then trains the tokenizer stage on 25%,
+50% and 100% of the kept text (tokenizer.max_training_chars), each in a fresh
+process. Table 1: training seconds and max RSS per size. Then the full-size report:
+compression per channel with cl100k_base / o200k_base columns, diagnostics, pruning.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from pretrain.config import CleanConfig  # noqa: E402
+from tasks.clean.stage import run_clean  # noqa: E402
+from tasks.common.outputs import read_json  # noqa: E402
+from tasks.tokenizer_report import report_markdown  # noqa: E402
+
+
+def sources(corpora: Path) -> list[dict]:
+    return [
+        {"path": str(corpora / "zh" / "cnews.val.txt"), "format": "tsv", "columns": ["label", "text"], "name": "zh-news"},
+        {"path": str(corpora / "zh" / "ChnSentiCorp_htl_all.csv"), "text_field": "review", "name": "zh-reviews"},
+        {"path": str(corpora / "zh" / "zhwiki_simplified_00.jsonl"), "name": "zh-wiki"},
+        {"path": str(corpora / "en" / "CC-MAIN-20190717121559-20190717143559-00140.jsonl.gz"), "name": "en-web"},
+        {"path": str(corpora / "en" / "ag_news_test.csv"), "columns": ["label", "title", "text"], "name": "en-news"},
+        {"path": str(corpora / "en" / "wikitext2_test.raw"), "text_unit": "line", "name": "en-wiki"},
+        {"path": sysconfig.get_paths()["stdlib"] + "/**/*.py", "channel_hint": "code", "name": "python-stdlib"},
+    ]
+
+
+def train_in_subprocess(clean_dir: Path, out: Path, vocab: int, max_chars: int) -> dict:
+    code = f"""
+import json, resource, sys, time
+sys.path.insert(0, {str(ROOT)!r})
+from pathlib import Path
+from pretrain.config import TokenizerConfig
+from tasks.tokenizer import run_tokenizer
+cfg = TokenizerConfig(vocab_size={vocab}, reserved_tokens=1000, held_out_docs=200, max_training_chars={max_chars},
+                      channel_mix={{"zh": 0.4, "en": 0.4, "code": 0.2}})
+t = time.perf_counter()
+report = run_tokenizer(cfg, Path({str(clean_dir)!r}), Path({str(out)!r}))
+print(json.dumps({{"seconds": time.perf_counter() - t, "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                   "training_chars": sum(report["training_chars_by_channel"].values())}}))
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shared", type=Path, default=ROOT.parent / "shared")
+    parser.add_argument("--vocab", type=int, default=32000)
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="tok-bench-"))
+    try:
+        manifest = run_clean(CleanConfig(sources=sources(args.shared / "corpora")), tmp / "clean")
+        kept_chars = {r["channel"]: 0 for r in []}
+        import pyarrow.parquet as pq
+
+        for row in pq.read_table(tmp / "clean" / "stats.parquet").to_pylist():
+            if row["outcome"] == "kept":
+                kept_chars[row["channel"]] = kept_chars.get(row["channel"], 0) + row["chars"]
+        total = sum(kept_chars.values())
+        print(f"corpus kept: {manifest['kept']} docs, characters by channel {kept_chars}\n")
+        print(f"Table 1: training the tokenizer stage (vocab {args.vocab} + 1000 reserved), fresh process each")
+        print(f"{'share':<8}{'max_training_chars':>20}{'chars trained on':>18}{'seconds':>10}{'max RSS MB':>12}")
+        for share in (0.25, 0.5, 1.0):
+            r = train_in_subprocess(tmp / "clean", tmp / f"tok-{share}", args.vocab, int(total * share))
+            print(f"{share:<8}{int(total * share):>20,}{r['training_chars']:>18,}{r['seconds']:>10.1f}{r['max_rss_mb']:>12.0f}")
+        report = read_json(tmp / "tok-1.0" / "report.json")
+        print("\nReport of the full-size tokenizer:\n")
+        print(report_markdown(report))
+        print("pruning:", json.dumps(report["pruning"], ensure_ascii=False))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

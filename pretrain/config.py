@@ -191,6 +191,7 @@ class CleanConfig(Strict):
         default_factory=lambda: ["zh", "en", "code"], description="channels kept; others are rejected as unsupported_language")
     dedup: DedupConfig = DedupConfig()
     executor: ExecutorConfig = ExecutorConfig()
+    shard_max_mb: float = Field(64.0, gt=0, description="consecutive input files of a source are cleaned together up to this size")
     reject_samples_per_reason: int = Field(20, ge=0, description="rejected documents kept per reason in samples.parquet for review")
     batch_size: int = Field(2000, gt=0, description="documents per output Parquet part")
 

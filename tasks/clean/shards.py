@@ -1,10 +1,10 @@
-"""Per-shard cleaning: one input file -> a shard directory that is complete or absent.
+"""Per-shard cleaning: a group of input files -> a shard directory that is complete or absent.
 
-A shard is one input file. Its directory holds kept.parquet (with the exact hash
+A shard is a run of consecutive files of one source (up to clean.shard_max_mb). Its directory holds kept.parquet (with the exact hash
 and LSH band hashes that the global dedup step reads), rejects.parquet,
 tally.json and meta.json, and is renamed into place with _SUCCESS at the end.
-A rerun skips a shard whose _SUCCESS exists and whose fingerprint (input path,
-size, modification time, and the cleaning settings) is unchanged, so a crash or
+A rerun skips a shard whose _SUCCESS exists and whose fingerprint (input paths,
+sizes, modification times, and the cleaning settings) is unchanged, so a crash or
 a Prefect retry resumes without redoing finished shards or duplicating output.
 """
 from __future__ import annotations
@@ -36,7 +36,7 @@ class ShardSpec:
     index: int            # global order: dedup keeps the first occurrence in this order
     shard_id: str
     source_index: int
-    path: str
+    paths: tuple[str, ...]  # consecutive files of one source, up to clean.shard_max_mb together
     fingerprint: str
 
 
@@ -48,17 +48,34 @@ def settings_hash(cfg: CleanConfig) -> str:
 
 
 def plan_shards(cfg: CleanConfig) -> list[ShardSpec]:
-    """Every input file of every source, in config order; fails before any work if a source names nothing."""
+    """Every input file of every source, in config order, grouped into shards of up to shard_max_mb.
+
+    Grouping amortizes the per-shard cost (a directory, two Parquet files) over many
+    small files; a file larger than the budget is a shard of its own. Fails before
+    any work when a source names nothing.
+    """
     settings = settings_hash(cfg)
-    specs = []
+    budget = cfg.shard_max_mb * 1e6
+    specs: list[ShardSpec] = []
     for s_idx, source in enumerate(cfg.sources):
         fs, files = expand_source(source)
+        group: list[tuple[str, int, str]] = []
         for path in files:
             info = fs.info(path)
-            stamp = json.dumps([source.model_dump(), path, info.get("size"), str(info.get("mtime") or info.get("LastModified") or info.get("created")), settings])
-            fingerprint = hashlib.sha256(stamp.encode()).hexdigest()[:16]
-            specs.append(ShardSpec(len(specs), f"{len(specs):06d}", s_idx, path, fingerprint))
+            size = int(info.get("size") or 0)
+            if group and sum(g[1] for g in group) + size > budget:
+                specs.append(_spec(len(specs), s_idx, source, group, settings))
+                group = []
+            group.append((path, size, str(info.get("mtime") or info.get("LastModified") or info.get("created"))))
+        if group:
+            specs.append(_spec(len(specs), s_idx, source, group, settings))
     return specs
+
+
+def _spec(index: int, source_index: int, source: SourceConfig, group: list[tuple[str, int, str]], settings: str) -> ShardSpec:
+    stamp = json.dumps([source.model_dump(), group, settings])
+    return ShardSpec(index, f"{index:06d}", source_index, tuple(p for p, _, _ in group),
+                     hashlib.sha256(stamp.encode()).hexdigest()[:16])
 
 
 @lru_cache(maxsize=2)
@@ -73,45 +90,52 @@ def shard_done(work_dir: Path, spec: ShardSpec) -> bool:
     return is_complete(d) and read_json(d / "meta.json").get("fingerprint") == spec.fingerprint
 
 
+def judge_into(cleaner: Cleaner, hasher: MinHasher, cfg: CleanConfig, raw, kept_rows: list, reject_rows: list,
+               tally: Tally, repairs: dict) -> None:
+    v = cleaner.judge(raw)
+    for r in v.repairs:
+        repairs[r] = repairs.get(r, 0) + 1
+    row = {"id": raw.doc_id, "source": raw.source, "channel": v.channel, "text": v.text,
+           "flags": v.flags, "scores": v.scores}
+    if v.failure:
+        row.update(rule=v.failure.rule, reason=v.failure.reason, score=v.failure.score)
+        reject_rows.append(row)
+        tally.add("rejected", v.failure.rule, v.failure.reason, v.channel, v.text, row)
+    else:
+        row.update(repairs=v.repairs, hash=hashlib.blake2b(v.text.encode(), digest_size=16).digest(),
+                   bands=hasher.band_hashes(v.text, v.channel) if cfg.dedup.near else [])
+        kept_rows.append(row)
+    for flag in v.flags:
+        rule, _, reason = flag.partition(":")
+        tally.add("tagged", rule, reason, v.channel, v.text)
+
+
 def clean_shard(cfg: CleanConfig, spec: ShardSpec, work_dir: Path) -> dict:
-    """Clean one input file into work_dir/<shard_id>; returns its meta (skips a finished shard)."""
+    """Clean one shard's files into work_dir/<shard_id>; returns its meta (skips a finished shard)."""
     out = Path(work_dir) / spec.shard_id
     if shard_done(work_dir, spec):
         return {**read_json(out / "meta.json"), "skipped": True}
     cleaner, hasher = _cleaner(cfg.model_dump_json())
     source: SourceConfig = cfg.sources[spec.source_index]
     tally = Tally(cfg.reject_samples_per_reason)
-    kept_rows, reject_rows, unreadable = [], [], None
+    kept_rows, reject_rows, unreadable = [], [], []
     docs, repairs = 0, {}
-    try:
-        for raw in read_file(source_fs(source), spec.path, source):
-            docs += 1
-            v = cleaner.judge(raw)
-            for r in v.repairs:
-                repairs[r] = repairs.get(r, 0) + 1
-            row = {"id": raw.doc_id, "source": raw.source, "channel": v.channel, "text": v.text,
-                   "flags": v.flags, "scores": v.scores}
-            if v.failure:
-                row.update(rule=v.failure.rule, reason=v.failure.reason, score=v.failure.score)
-                reject_rows.append(row)
-                tally.add("rejected", v.failure.rule, v.failure.reason, v.channel, v.text, row)
-            else:
-                row.update(repairs=v.repairs, hash=hashlib.blake2b(v.text.encode(), digest_size=16).digest(),
-                           bands=hasher.band_hashes(v.text, v.channel) if cfg.dedup.near else [])
-                kept_rows.append(row)
-            for flag in v.flags:
-                rule, _, reason = flag.partition(":")
-                tally.add("tagged", rule, reason, v.channel, v.text)
-    except SourceError:
-        raise  # a configuration problem (a missing column), not a broken file
-    except (OSError, EOFError, ValueError, zstandard.ZstdError) as err:
-        unreadable = UnreadableFile(spec.path, f"{type(err).__name__}: {err}", docs)
+    fs = source_fs(source)
+    for path in spec.paths:
+        docs_before = docs
+        try:
+            for raw in read_file(fs, path, source):
+                docs += 1
+                judge_into(cleaner, hasher, cfg, raw, kept_rows, reject_rows, tally, repairs)
+        except SourceError:
+            raise  # a configuration problem (a missing column), not a broken file
+        except (OSError, EOFError, ValueError, zstandard.ZstdError) as err:
+            unreadable.append(asdict(UnreadableFile(path, f"{type(err).__name__}: {err}", docs - docs_before)))
     with staged_output(out) as tmp:
         pq.write_table(pa.Table.from_pylist(kept_rows, schema=KEPT_SHARD_SCHEMA), tmp / "kept.parquet", compression="zstd")
         pq.write_table(pa.Table.from_pylist(reject_rows, schema=REJECT_SCHEMA), tmp / "rejects.parquet", compression="zstd")
         write_json(tmp / "tally.json", tally.to_json())
-        meta = {"shard_id": spec.shard_id, "path": spec.path, "fingerprint": spec.fingerprint, "docs": docs,
-                "kept": len(kept_rows), "rejected": len(reject_rows), "repairs": repairs,
-                "unreadable": asdict(unreadable) if unreadable else None}
+        meta = {"shard_id": spec.shard_id, "paths": list(spec.paths), "fingerprint": spec.fingerprint, "docs": docs,
+                "kept": len(kept_rows), "rejected": len(reject_rows), "repairs": repairs, "unreadable": unreadable}
         write_json(tmp / "meta.json", meta)
     return {**meta, "skipped": False}

@@ -123,7 +123,7 @@ def build_manifest(cfg: CleanConfig, metas: list[dict], tally: Tally) -> dict:
         "repairs": repairs,
         "shards": len(metas),
         "shards_skipped": sum(bool(m.get("skipped")) for m in metas),
-        "unreadable_files": [m["unreadable"] for m in metas if m.get("unreadable")],
+        "unreadable_files": [u for m in metas for u in m.get("unreadable") or []],
     }
 
 

@@ -30,7 +30,7 @@ def write(path, texts):
 def cfg_for(tmp_path, **dedup):
     rules_off = {k: {"mode": "off"} for k in ("gopher_quality", "gopher_repetition", "c4", "fineweb", "dirty", "garbage")}
     return CleanConfig(sources=[SourceConfig(path=str(tmp_path / "in" / "*.jsonl"), id_field="id")], rules=rules_off,
-                       dedup=DedupConfig(**dedup), executor={"workers": 1})
+                       dedup=DedupConfig(**dedup), executor={"workers": 1}, shard_max_mb=1e-6)  # a shard per file
 
 
 def kept_ids(tmp_path):

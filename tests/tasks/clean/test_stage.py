@@ -99,7 +99,19 @@ def test_unreadable_file_is_reported_by_name(tmp_path):
     (tmp_path / "in" / "bad.jsonl.gz").write_bytes(b"this is not gzip")
     m = run_clean(CleanConfig(sources=[SourceConfig(path=str(tmp_path / "in"))]), tmp_path / "clean")
     assert [u["path"].rsplit("/", 1)[-1] for u in m["unreadable_files"]] == ["bad.jsonl.gz"]
-    assert m["kept"] == 1
+    assert m["kept"] == 1  # the good file in the same shard is unaffected
+
+
+def test_small_files_are_grouped_into_shards(tmp_path):
+    from tasks.clean.shards import plan_shards
+
+    (tmp_path / "in").mkdir()
+    for k in range(10):
+        (tmp_path / "in" / f"{k:02d}.jsonl").write_bytes(GOOD_LINE * 100)  # about 40 KB each
+    size = (tmp_path / "in" / "00.jsonl").stat().st_size
+    specs = plan_shards(CleanConfig(sources=[SourceConfig(path=str(tmp_path / "in"))], shard_max_mb=3.5 * size / 1e6))
+    assert [len(s.paths) for s in specs] == [3, 3, 3, 1]
+    assert [p for s in specs for p in s.paths] == sorted(str(p) for p in (tmp_path / "in").iterdir())
 
 
 def test_crash_mid_stage_leaves_no_complete_output(tmp_path, monkeypatch):
@@ -140,7 +152,7 @@ def test_interrupted_run_resumes_without_redoing_finished_shards(tmp_path, monke
         (tmp_path / "in" / f"{k}.jsonl").write_bytes(GOOD_LINE.replace(b"dusk", f"dusk {k}".encode()))
     # near-identical on purpose: dedup off, this is about resuming
     cfg = CleanConfig(sources=[SourceConfig(path=str(tmp_path / "in"))], executor={"workers": 1},
-                      dedup={"exact": False, "near": False})
+                      dedup={"exact": False, "near": False}, shard_max_mb=1e-6)  # a shard per file
     real = shards.clean_shard
     calls = []
 

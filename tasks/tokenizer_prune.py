@@ -20,7 +20,9 @@ from pretrain.config import PruneConfig
 from tasks.clean.rules.dirty import Lexicon, builtin_paths, parse_terms, read_list
 from tasks.tokenizer_report import byte_decoder, token_text
 
-_URL = re.compile(r"https?|://|www\.|\.(com|net|org|cn|html?|php)\b", re.I)
+# a piece of a URL: the scheme separator, www., or a domain / page suffix; a bare "http" is a word
+# (HTTPConnection, "the HTTP header") and stays
+_URL = re.compile(r"://|www\.|\.(com|net|org|cn|html?|php)\b", re.I)
 
 
 @dataclass

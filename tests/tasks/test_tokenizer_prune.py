@@ -68,3 +68,12 @@ def test_pruning_reported_by_the_stage(prepared_run):
     assert report["pruning"]["enabled"] is True
     assert report["pruning"]["ids_contiguous"] is True and report["pruning"]["roundtrip_failures_after_pruning"] == 0
     assert report["total_tokens"] == report["vocab_size"] + report["reserved_tokens"]
+
+
+@pytest.mark.parametrize("text,reason", [(" www.", "url_fragment"), ("://", None), ("HTTPConnection", None),
+                                         (" HTTP", None), (".com", "url_fragment"), ("========", "repeated_character"),
+                                         ("    ", None), (" 六合彩", "dirty_lexicon"), ("ass", None)])
+def test_candidate_reasons(text, reason):
+    from tasks.tokenizer_prune import candidate_reason, pruning_lexicon
+
+    assert candidate_reason(text, pruning_lexicon(PruneConfig()), PruneConfig()) == reason

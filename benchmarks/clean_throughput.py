@@ -19,7 +19,6 @@ import csv
 import gzip
 import json
 import re
-import resource
 import shutil
 import statistics
 import subprocess

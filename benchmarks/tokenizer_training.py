@@ -25,6 +25,7 @@ sys.path.insert(0, str(ROOT))
 from pretrain.config import CleanConfig  # noqa: E402
 from tasks.clean.stage import run_clean  # noqa: E402
 from tasks.common.outputs import read_json  # noqa: E402
+from tasks.tokenizer import kept_chars_by_channel  # noqa: E402
 from tasks.tokenizer_report import report_markdown  # noqa: E402
 
 
@@ -66,12 +67,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="tok-bench-"))
     try:
         manifest = run_clean(CleanConfig(sources=sources(args.shared / "corpora")), tmp / "clean")
-        kept_chars = {r["channel"]: 0 for r in []}
-        import pyarrow.parquet as pq
-
-        for row in pq.read_table(tmp / "clean" / "stats.parquet").to_pylist():
-            if row["outcome"] == "kept":
-                kept_chars[row["channel"]] = kept_chars.get(row["channel"], 0) + row["chars"]
+        kept_chars = kept_chars_by_channel(tmp / "clean")
         total = sum(kept_chars.values())
         print(f"corpus kept: {manifest['kept']} docs, characters by channel {kept_chars}\n")
         print(f"Table 1: training the tokenizer stage (vocab {args.vocab} + 1000 reserved), fresh process each")

@@ -89,7 +89,7 @@ class GopherQualityRule(Strict):
 
 
 class GopherRepetitionRule(Strict):
-    """Gopher repetition rules; applied to en and, on characters, to zh."""
+    """Gopher repetition rules, English (the chinese rule has the character n-gram equivalents)."""
     mode: RuleMode = Field("drop", description=MODE_DOC)
     dup_line_frac: float = 0.3
     dup_para_frac: float = 0.3

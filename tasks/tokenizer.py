@@ -43,13 +43,17 @@ def _unit_hash(doc_id: str, salt: str) -> float:
     return int.from_bytes(hashlib.blake2b(f"{salt}:{doc_id}".encode(), digest_size=8).digest(), "big") / 2**64
 
 
-def sampling_rates(clean_dir: Path, cfg: TokenizerConfig) -> dict[str, float]:
-    """Per channel, the share of its documents to sample so it contributes its part of max_training_chars."""
-    stats = pq.read_table(clean_dir / "stats.parquet").to_pylist()
+def kept_chars_by_channel(clean_dir: Path) -> dict[str, int]:
     totals: dict[str, int] = defaultdict(int)
-    for row in stats:
+    for row in pq.read_table(Path(clean_dir) / "stats.parquet").to_pylist():
         if row["outcome"] == "kept":
             totals[row["channel"]] += row["chars"]
+    return dict(totals)
+
+
+def sampling_rates(clean_dir: Path, cfg: TokenizerConfig) -> dict[str, float]:
+    """Per channel, the share of its documents to sample so it contributes its part of max_training_chars."""
+    totals = kept_chars_by_channel(clean_dir)
     weights = {c: w for c, w in cfg.channel_mix.items() if totals.get(c)}
     norm = sum(weights.values()) or 1.0
     return {c: min(1.0, cfg.max_training_chars * w / norm / totals[c]) for c, w in weights.items()}

@@ -94,10 +94,15 @@ def removal_closure(root: str, children: dict[str, list[str]]) -> set[str]:
     return removed
 
 
-def rebuild(tok: Tokenizer, removed: set[str]) -> Tokenizer:
-    data = json.loads(tok.to_str())
+def merge_pairs(data: dict) -> list[tuple[str, str]]:
+    """The merges of a tokenizer.json dict, written as pairs (current) or "a b" strings (older files)."""
+    return [tuple(m) if isinstance(m, list) else tuple(m.split(" ", 1)) for m in data["model"]["merges"]]
+
+
+def rebuild(data: dict, removed: set[str]) -> Tokenizer:
+    """A tokenizer from `data` (a parsed tokenizer.json, edited in place) without the removed tokens."""
     model = data["model"]
-    merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" ", 1)) for m in model["merges"]]
+    merges = merge_pairs(data)
     ordered = sorted(model["vocab"].items(), key=lambda kv: kv[1])
     model["vocab"] = {t: i for i, (t, _) in enumerate((t, i) for t, i in ordered if t not in removed)}
     model["merges"] = [[a, b] for a, b in merges if a not in removed and b not in removed and a + b not in removed]
@@ -117,7 +122,7 @@ def prune_tokenizer(tok: Tokenizer, clean_texts: list[str], cfg: PruneConfig, sp
     usage = document_usage(tok, clean_texts)
     protect_at = max(cfg.protect_min_docs, int(cfg.protect_doc_share * len(clean_texts)))
     data = json.loads(tok.to_str())
-    children = merge_children([tuple(m) if isinstance(m, list) else tuple(m.split(" ", 1)) for m in data["model"]["merges"]])
+    children = merge_children(merge_pairs(data))
     result, removed = PruneResult(tok), set()
     for token, idx in sorted(vocab.items(), key=lambda kv: kv[1]):
         if token in special or token in alphabet:
@@ -136,7 +141,7 @@ def prune_tokenizer(tok: Tokenizer, clean_texts: list[str], cfg: PruneConfig, sp
         for extra in sorted(closure - {token} - removed, key=lambda t: vocab.get(t, 0)):
             result.removed.setdefault("built_from_removed_token", []).append(token_text(extra) or extra)
         removed |= closure
-    result.tokenizer = rebuild(tok, removed) if removed else tok
+    result.tokenizer = rebuild(data, removed) if removed else tok
     return result
 
 

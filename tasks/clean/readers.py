@@ -194,13 +194,19 @@ def read_file(fs: fsspec.AbstractFileSystem, path: str, source: SourceConfig) ->
 
 
 def iter_source(source: SourceConfig, unreadable: list[UnreadableFile]) -> Iterator[RawDoc]:
-    """All documents of one source; files that break mid-read are appended to `unreadable`.
+    """All documents of one source; files that break mid-read are appended to `unreadable`."""
+    fs, files = expand_source(source)
+    yield from iter_files(fs, files, source, unreadable)
+
+
+def iter_files(fs: fsspec.AbstractFileSystem, paths, source: SourceConfig,
+               unreadable: list[UnreadableFile]) -> Iterator[RawDoc]:
+    """Documents of the given files of one source; a file that breaks is appended to `unreadable`.
 
     Documents read from a file before it broke are kept (they are real text),
     and the report says how many there were.
     """
-    fs, files = expand_source(source)
-    for path in files:
+    for path in paths:
         count = 0
         try:
             for doc in read_file(fs, path, source):

@@ -17,10 +17,9 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import zstandard
 
 from pretrain.config import CleanConfig, SourceConfig
-from tasks.clean.readers import SourceError, UnreadableFile, expand_source, read_file, source_fs
+from tasks.clean.readers import expand_source, iter_files, source_fs
 from tasks.clean.stage_parts import REJECT_SCHEMA, Cleaner, Tally
 from tasks.clean.minhash import MinHasher
 from tasks.common.outputs import is_complete, read_json, staged_output, write_json
@@ -60,12 +59,14 @@ def plan_shards(cfg: CleanConfig) -> list[ShardSpec]:
     for s_idx, source in enumerate(cfg.sources):
         fs, files = expand_source(source)
         group: list[tuple[str, int, str]] = []
+        group_size = 0
         for path in files:
             info = fs.info(path)
             size = int(info.get("size") or 0)
-            if group and sum(g[1] for g in group) + size > budget:
+            if group and group_size + size > budget:
                 specs.append(_spec(len(specs), s_idx, source, group, settings))
-                group = []
+                group, group_size = [], 0
+            group_size += size
             group.append((path, size, str(info.get("mtime") or info.get("LastModified") or info.get("created"))))
         if group:
             specs.append(_spec(len(specs), s_idx, source, group, settings))
@@ -120,22 +121,15 @@ def clean_shard(cfg: CleanConfig, spec: ShardSpec, work_dir: Path) -> dict:
     tally = Tally(cfg.reject_samples_per_reason)
     kept_rows, reject_rows, unreadable = [], [], []
     docs, repairs = 0, {}
-    fs = source_fs(source)
-    for path in spec.paths:
-        docs_before = docs
-        try:
-            for raw in read_file(fs, path, source):
-                docs += 1
-                judge_into(cleaner, hasher, cfg, raw, kept_rows, reject_rows, tally, repairs)
-        except SourceError:
-            raise  # a configuration problem (a missing column), not a broken file
-        except (OSError, EOFError, ValueError, zstandard.ZstdError) as err:
-            unreadable.append(asdict(UnreadableFile(path, f"{type(err).__name__}: {err}", docs - docs_before)))
+    for raw in iter_files(source_fs(source), spec.paths, source, unreadable):
+        docs += 1
+        judge_into(cleaner, hasher, cfg, raw, kept_rows, reject_rows, tally, repairs)
     with staged_output(out) as tmp:
         pq.write_table(pa.Table.from_pylist(kept_rows, schema=KEPT_SHARD_SCHEMA), tmp / "kept.parquet", compression="zstd")
         pq.write_table(pa.Table.from_pylist(reject_rows, schema=REJECT_SCHEMA), tmp / "rejects.parquet", compression="zstd")
         write_json(tmp / "tally.json", tally.to_json())
         meta = {"shard_id": spec.shard_id, "paths": list(spec.paths), "fingerprint": spec.fingerprint, "docs": docs,
-                "kept": len(kept_rows), "rejected": len(reject_rows), "repairs": repairs, "unreadable": unreadable}
+                "kept": len(kept_rows), "rejected": len(reject_rows), "repairs": repairs,
+                "unreadable": [asdict(u) for u in unreadable]}
         write_json(tmp / "meta.json", meta)
     return {**meta, "skipped": False}

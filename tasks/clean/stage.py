@@ -148,6 +148,3 @@ def run_clean(cfg: CleanConfig, out_dir: Path, run_shards: ShardRunner = run_sha
     specs, work_dir = prepare(cfg, out_dir)
     return complete(cfg, specs, run_shards(cfg, specs, work_dir), work_dir, out_dir)
 
-
-def check_sources(cfg: CleanConfig) -> None:
-    plan_shards(cfg)

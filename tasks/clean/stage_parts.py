@@ -36,10 +36,11 @@ class Cleaner:
         self.cfg = cfg
         self.rules = build_rules(cfg.rules)
 
-    def prepare(self, raw: RawDoc) -> tuple[str, str, list[str]]:
-        """Normalize, tag the channel, and apply the text-editing steps (t2s, C4 line filters)."""
+    def prepare(self, raw: RawDoc) -> tuple[str, str, list[str], DocFeatures]:
+        """Normalize, tag the channel, apply the text-editing steps (t2s, C4 line filters); features of the result."""
         text, repairs = normalize_text(raw.text, self.cfg.normalize, keep_indentation=raw.channel_hint == "code")
-        channel = detect_channel(DocFeatures(text), raw.channel_hint) if text.strip() else "other"
+        feats = DocFeatures(text)
+        channel = detect_channel(feats, raw.channel_hint) if text.strip() else "other"
         if channel == "zh" and self.cfg.normalize.traditional_to_simplified:
             simplified = to_simplified(text)
             if simplified != text:
@@ -48,7 +49,8 @@ class Cleaner:
             filtered, _ = c4_filter_lines(text, self.cfg.rules.c4)
             if filtered != text:
                 text, repairs = filtered, repairs + ["c4_lines_removed"]
-        return text, channel, repairs
+        # the features computed for channel detection serve the rules too, unless an edit changed the text
+        return text, channel, repairs, feats if feats.text == text else DocFeatures(text)
 
     def judge(self, raw: RawDoc) -> Verdict:
         if raw.problem:
@@ -57,13 +59,13 @@ class Cleaner:
         if length.mode == "drop" and len(raw.text) > length.max_chars:
             # judged on the raw text: normalizing a 50 MB line first would cost seconds for nothing
             return Verdict(raw.text, "other", Failure("length", "too_long", float(len(raw.text))), [], {}, [])
-        text, channel, repairs = self.prepare(raw)
+        text, channel, repairs, feats = self.prepare(raw)
         repairs = ([raw.repaired] if raw.repaired else []) + repairs
         if not text.strip():
             emptied = Failure("c4", "c4_all_lines_removed", 0.0) if "c4_lines_removed" in repairs \
                 else Failure("length", "empty_after_normalization", 0.0)
             return Verdict(text, channel, emptied, [], {}, repairs)
-        result = judge_rules(self.rules, Doc(text, channel, DocFeatures(text)))
+        result = judge_rules(self.rules, Doc(text, channel, feats))
         failure = result.failure
         if failure is None and channel not in self.cfg.keep_channels:
             failure = Failure("channel", "unsupported_language", 0.0)

@@ -6,7 +6,6 @@ and runs deployments the way users do, with `prefect deployment run`.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil

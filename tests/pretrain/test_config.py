@@ -2,7 +2,6 @@ import subprocess
 import sys
 
 import pytest
-import yaml
 
 from pretrain.config import ConfigError, load_config, parse_config
 from tests.conftest import ROOT, tiny_dict

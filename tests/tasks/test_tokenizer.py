@@ -1,4 +1,3 @@
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 

@@ -6,7 +6,7 @@ from tasks.clean.channel import detect_channel
 from tasks.clean.features import DocFeatures, dup_ngram_chars, find_duplicates, top_ngram_chars
 from tasks.clean.normalize import normalize_text, to_simplified
 from tasks.clean.rules import Doc, build_rules, judge_rules
-from tasks.clean.rules.dirty import DomainBlocklist, Lexicon
+from tasks.clean.rules.dirty import DomainBlocklist, Lexicon, PatternSet, builtin_paths
 from tasks.clean.rules.english import c4_filter_lines
 
 EN_GOOD = ("The lighthouse keeper climbed the spiral stairs every evening at dusk. He wound the clockwork that "
@@ -115,6 +115,13 @@ def test_lexicon_matching():
     assert lex.hits("pornography and porn") == [("porn", 1.0)]
     assert lex.hits("他去了赌场。") == [("赌场", 1.0)]
     assert lex.hits("Get FREE SPINS now") == [("free spins", 2.0)]  # longest match, not also 'spin'
+
+
+def test_builtin_phone_patterns_match_next_to_chinese_characters():
+    # CJK characters are \w in Python's Unicode regex: a (?<!\w) guard never matched '电话138...'.
+    patterns = PatternSet.from_paths(builtin_paths(".patterns.txt"))
+    assert [hit for hit, _ in patterns.hits("详询电话13812345678谢谢")] == ["13812345678"]
+    assert patterns.hits("订单号a13812345678b") == []
 
 
 def test_domain_blocklist_matches_subdomains_only_on_boundaries():

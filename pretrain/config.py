@@ -216,6 +216,9 @@ class TokenizerConfig(Strict):
         default_factory=lambda: {"zh": 0.4, "en": 0.4, "code": 0.2},
         description="share of max_training_chars per channel; a channel with less text contributes all it has")
     held_out_docs: int = Field(200, ge=1, description="documents per channel kept aside for the report")
+    max_cjk_run: int = Field(
+        32, ge=0, description="CJK runs longer than this are cut into pieces of this length for training: "
+        "unpunctuated Chinese would otherwise reach the trainer as page-long words (0: no cutting)")
     pad_to_multiple: int = Field(128, ge=1, description="model embedding rows = vocab + reserved, rounded up to this")
     prune: PruneConfig = PruneConfig()
 

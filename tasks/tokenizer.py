@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -82,12 +84,33 @@ def sample_corpus(clean_dir: Path, cfg: TokenizerConfig) -> Sample:
     return Sample(train, {c: t for c, t in held.items() if t}, ids)
 
 
+_CJK = "[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]"
+
+
+def training_pieces(texts: list[str], max_cjk_run: int) -> Iterator[str]:
+    """The texts, cut inside CJK runs longer than max_cjk_run.
+
+    Byte-level pre-tokenization splits Chinese only at punctuation, so an
+    unpunctuated page reaches the trainer as one word: every merge rescans it
+    and it never repeats. Each piece is pre-tokenized on its own, so a cut is a
+    word boundary; no character is added or lost.
+    """
+    long_run = re.compile(f"{_CJK}{{{max_cjk_run + 1},}}") if max_cjk_run else None
+    for text in texts:
+        start = 0
+        for match in long_run.finditer(text) if long_run else ():
+            for cut in range(match.start() + max_cjk_run, match.end(), max_cjk_run):
+                yield text[start:cut]
+                start = cut
+        yield text[start:]
+
+
 def train_tokenizer(texts: list[str], cfg: TokenizerConfig) -> Tokenizer:
     tok = new_tokenizer()
     trainer = trainers.BpeTrainer(
         vocab_size=cfg.vocab_size, min_frequency=cfg.min_frequency, special_tokens=SPECIAL_TOKENS,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tok.train_from_iterator(texts, trainer=trainer, length=len(texts))
+    tok.train_from_iterator(training_pieces(texts, cfg.max_cjk_run), trainer=trainer, length=len(texts))
     tok.add_special_tokens(reserved_names(cfg.reserved_tokens))
     return tok
 

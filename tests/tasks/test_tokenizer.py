@@ -2,7 +2,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from tasks.common.outputs import read_json
-from tasks.tokenizer import BOS, EOS, PAD, load_tokenizer, run_tokenizer, sample_corpus
+from pretrain.config import TokenizerConfig
+from tasks.tokenizer import (BOS, EOS, PAD, load_tokenizer, run_tokenizer, sample_corpus, train_tokenizer,
+                             training_pieces)
 
 
 def test_report_and_files(prepared_run):
@@ -134,3 +136,21 @@ def test_reference_tokenizers_on_the_same_held_out_text(prepared_run):
     assert set(report["reference_chars_per_token"]["cl100k_base"]) == set(report["held_out"])
     md = (prepared_run[1] / "tokenizer" / "report.md").read_text()
     assert "o200k_base chars/token" in md
+
+
+def test_long_cjk_runs_are_cut_for_training_without_losing_text():
+    run = "天地玄黄宇宙洪荒日月盈昃辰宿列张" * 5  # 80 unpunctuated CJK characters
+    text = f"abc {run}，短句。{run[:10]}"
+    pieces = list(training_pieces([text], max_cjk_run=32))
+    assert "".join(pieces) == text
+    assert [len(p) for p in pieces] == [4 + 32, 32, len(text) - 68]
+    assert list(training_pieces([text], max_cjk_run=0)) == [text]
+
+
+def test_cut_runs_still_train_merges_inside_them():
+    verse = "天地玄黄宇宙洪荒日月盈昃辰宿列张寒来暑往秋收冬藏"
+    cfg = TokenizerConfig(vocab_size=400, max_cjk_run=8, min_frequency=1)
+    tok = train_tokenizer([verse * 40] * 3, cfg)
+    learned = [tok.decode([i]) for t, i in tok.get_vocab().items() if not t.startswith("<|")]
+    assert max(len(t) for t in learned) == 8  # tokens grow up to the piece length and never across a cut
+    assert tok.decode(tok.encode(verse * 40).ids) == verse * 40

@@ -7,12 +7,14 @@ from prefect import flow, get_run_logger, task
 
 from flows.common import markdown_artifact, stage_run, table_artifact
 from flows.executors import map_on
-from pretrain.config import CleanConfig, PipelineConfig, resolve_config
+from pretrain.config import CleanConfig, PipelineConfig, TokenizeConfig, resolve_config
 from tasks import tracking
 from tasks.clean.shards import ShardSpec, clean_shard
 from tasks.clean.stage import complete, prepare
 from tasks.preflight.checks import gate, run_checks
-from tasks.tokenize import run_tokenize
+from tasks.tokenize import complete as complete_tokenize
+from tasks.tokenize import prepare as prepare_tokenize
+from tasks.tokenize.parts import PartSettings, PartSpec, tokenize_part
 from tasks.tokenizer import run_tokenizer
 from tasks.train import run_train
 
@@ -46,11 +48,26 @@ def tokenizer_task(cfg: PipelineConfig, clean_dir: str, out_dir: str) -> dict:
     return run_tokenizer(cfg.tokenizer, Path(clean_dir), Path(out_dir), cfg.model.max_seq_len)
 
 
-@task(name="write-token-shards")
-def tokenize_task(cfg: PipelineConfig, clean_dir: str, tokenizer_dir: str, out_dir: str) -> dict:
-    from pathlib import Path
+@task(name="plan-token-parts")
+def plan_parts_task(cfg: TokenizeConfig, clean_dir: str, tokenizer_dir: str, out_dir: str
+                    ) -> tuple[list[PartSpec], PartSettings, str]:
+    specs, settings, work_dir = prepare_tokenize(cfg, Path(clean_dir), Path(tokenizer_dir), Path(out_dir))
+    return specs, settings, str(work_dir)
 
-    return run_tokenize(cfg.tokenize, Path(clean_dir), Path(tokenizer_dir), Path(out_dir))
+
+@task(name="tokenize-part", retries=1)
+def tokenize_part_task(spec: PartSpec, settings: PartSettings, work_dir: str) -> dict:
+    import os
+
+    # one task per worker process or Ray CPU: the tokenizer's own thread pool would oversubscribe the cores
+    os.environ.setdefault("RAYON_NUM_THREADS", "1")
+    return tokenize_part(spec, settings, Path(work_dir))
+
+
+@task(name="write-token-manifest")
+def tokenize_complete_task(cfg: TokenizeConfig, specs: list[PartSpec], metas: list[dict], settings: PartSettings,
+                           clean_dir: str, work_dir: str, out_dir: str) -> dict:
+    return complete_tokenize(cfg, specs, metas, settings, Path(clean_dir), Path(work_dir), Path(out_dir))
 
 
 @task(name="health-checks")
@@ -122,14 +139,20 @@ def tokenize_flow(config: PipelineConfig | str = DEFAULT_CONFIG, mlflow_parent_r
     """Encode the cleaned corpus into Arrow IPC token shards with a manifest."""
     cfg = resolve_config(config)
     with stage_run(cfg, "tokenize", mlflow_parent_run_id) as run:
-        manifest = tokenize_task(cfg, str(run.dir("clean")), str(run.dir("tokenizer")), str(run.dir("tokens")))
+        clean_dir, out = str(run.dir("clean")), str(run.dir("tokens"))
+        specs, settings, work_dir = plan_parts_task(cfg.tokenize, clean_dir, str(run.dir("tokenizer")), out)
+        metas = map_on(cfg.tokenize.executor, tokenize_part_task,
+                       [{"spec": spec, "settings": settings, "work_dir": work_dir} for spec in specs])
+        manifest = tokenize_complete_task(cfg.tokenize, specs, metas, settings, clean_dir, work_dir, out)
         tracking.log_metrics(run.mlflow_uri, run.run_id, {"total_tokens": manifest["total_tokens"],
                              "total_docs": manifest["total_docs"], "shards": len(manifest["shards"]),
-                             "tokens_by_channel": manifest["tokens_by_channel"]})
+                             "tokens_by_channel": manifest["tokens_by_channel"],
+                             "tokens_by_source": manifest["tokens_by_source"],
+                             "parts_reused": sum(bool(m.get("skipped")) for m in metas)})
         tracking.log_artifact(run.mlflow_uri, run.run_id, run.dir("tokens") / "manifest.json", "tokens")
         table_artifact(cfg, "tokenize", manifest["shards"],
-                       f"{manifest['total_tokens']} tokens in {len(manifest['shards'])} shards, "
-                       f"dataset version {manifest['version']}")
+                       f"{manifest['total_tokens']} tokens in {len(manifest['shards'])} shards from {len(specs)} parts "
+                       f"({sum(bool(m.get('skipped')) for m in metas)} reused), dataset version {manifest['version']}")
     return {k: manifest[k] for k in ("total_tokens", "total_docs", "version", "tokens_by_channel")}
 
 

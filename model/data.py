@@ -1,12 +1,17 @@
 """Token shards on disk, the addressable sample dataset, and the resumable sampler.
 
-Shard format (written by tasks/tokenize.py, read here): one Arrow IPC file per
-shard holding one record batch, one row per document:
+Shard format (written by tasks/tokenize/, read here): one Arrow IPC file per
+shard holding one record batch, one row per document, every document of one
+channel and one source:
     tokens:  list<uint16|uint32>  the document's token ids, EOS appended
     channel: uint8                index into CHANNELS
     source:  uint16               index into the manifest's `sources`
-The token stream is all shards' tokens concatenated in manifest order. Sample i
-is stream[i*L : i*L + L + 1] for L = seq_len: inputs and shifted targets.
+
+Pools: the shards are grouped into pools (all shards together, or one pool per
+channel or per source). A pool's token stream is its shards' tokens
+concatenated in manifest order; its sample k is stream[k*L : k*L + L + 1] for
+L = seq_len (inputs and shifted targets, documents packed EOS-separated).
+Sample ids are global: pool j's samples follow those of pools 0..j-1.
 """
 from __future__ import annotations
 
@@ -14,12 +19,14 @@ import bisect
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import pyarrow as pa
 
 CHANNELS = ("zh", "en", "code", "other")
 MANIFEST = "manifest.json"
+PoolBy = Literal["all", "channel", "source"]
 
 
 def token_type(vocab_size: int) -> pa.DataType:
@@ -39,92 +46,160 @@ class Shard:
     sources: np.ndarray      # per document
 
 
-class ShardError(ValueError):
-    """A token shard that is missing or not a readable shard file."""
+class DataError(ValueError):
+    """Training data that cannot serve this training: fix the data or the settings, retrying will not help."""
 
 
-def open_shard(path: Path) -> Shard:
+class ShardError(DataError):
+    """A token shard that is missing, truncated, or disagrees with the manifest."""
+
+
+def _fix_hint() -> str:
+    return "delete the tokens directory and re-run `pretrain tokenize --config ...`"
+
+
+def open_shard(path: Path, expect: dict | None = None) -> Shard:
+    """Memory-map one shard; with `expect` (its manifest entry) check documents and tokens match."""
     try:
         reader = pa.ipc.open_file(pa.memory_map(str(path), "r"))
-    except (OSError, pa.ArrowInvalid) as err:
-        raise ShardError(f"token shard {path} cannot be read ({err}); re-run `pretrain tokenize --config ...`") from None
-    if reader.num_record_batches != 1:
-        raise ShardError(f"{path}: expected 1 record batch, found {reader.num_record_batches}; rewrite it with `pretrain tokenize`")
-    batch = reader.get_batch(0)
-    col = batch.column("tokens")
-    offsets = col.offsets.to_numpy(zero_copy_only=False).astype(np.int64)
-    values = col.values.to_numpy(zero_copy_only=True)
+        if reader.num_record_batches != 1:
+            raise ShardError(f"token shard {path}: expected 1 record batch, found {reader.num_record_batches}; {_fix_hint()}")
+        batch = reader.get_batch(0)
+        col = batch.column("tokens")
+        offsets = col.offsets.to_numpy(zero_copy_only=False).astype(np.int64)
+        values = col.values.to_numpy(zero_copy_only=True)
+        channels, sources = batch.column("channel").to_numpy(), batch.column("source").to_numpy()
+    except (OSError, pa.ArrowInvalid, KeyError) as err:
+        raise ShardError(f"token shard {path} cannot be read ({err}); it is missing, truncated or not a shard: "
+                         f"{_fix_hint()}") from None
     base = offsets[0]
-    return Shard(values[base:offsets[-1]], offsets - base,
-                 batch.column("channel").to_numpy(), batch.column("source").to_numpy())
+    shard = Shard(values[base:offsets[-1]], offsets - base, channels, sources)
+    if expect is not None and (len(shard.tokens), len(shard.channels)) != (expect["tokens"], expect["docs"]):
+        raise ShardError(f"token shard {path} holds {len(shard.tokens)} tokens in {len(shard.channels)} documents, "
+                         f"the manifest says {expect['tokens']} in {expect['docs']}: the file was changed or "
+                         f"replaced after tokenization; {_fix_hint()}")
+    return shard
 
 
 def read_manifest(tokens_dir: Path) -> dict:
     path = Path(tokens_dir) / MANIFEST
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing; run `pretrain tokenize --config ...` first")
-    return json.loads(path.read_text())
+    manifest = json.loads(path.read_text())
+    if manifest.get("format") != 2:
+        raise ShardError(f"{path} is from an older tokenize stage (format {manifest.get('format', 1)}, expected 2); "
+                         f"{_fix_hint()}")
+    return manifest
+
+
+def pool_key(entry: dict, manifest: dict, by: PoolBy) -> str:
+    if by == "all":
+        return "all"
+    return entry["channel"] if by == "channel" else manifest["sources"][entry["source_id"]]
+
+
+@dataclass
+class Pool:
+    name: str
+    shards: list[int]       # indices into the manifest's shard list, in manifest order
+    starts: np.ndarray      # token offset of each shard in the pool stream; last = pool tokens
+    num_samples: int
+    first_id: int = 0       # global id of the pool's sample 0
 
 
 class TokenDataset:
     """Fixed-length packed samples with O(1) `__getitem__` over memory-mapped shards.
 
-    The sample index (shard, offset in shard) of every sample's first token is
-    precomputed once, so item access and resume cost the same at any position.
+    The sample index is arithmetic: pool-local sample k starts at token k*L of
+    the pool stream, and a precomputed table of shard starts per pool maps that
+    to (shard, offset) by a binary search over the pool's shards. Access and
+    resume cost the same at any position. Shards are opened on first use and
+    checked against the manifest then.
     """
 
-    def __init__(self, tokens_dir: str | Path, seq_len: int):
-        self.dir, self.seq_len = Path(tokens_dir), seq_len
+    def __init__(self, tokens_dir: str | Path, seq_len: int, pool_by: PoolBy = "all"):
+        self.dir, self.seq_len, self.pool_by = Path(tokens_dir), seq_len, pool_by
         self.manifest = read_manifest(self.dir)
-        self.shards = [open_shard(self.dir / s["file"]) for s in self.manifest["shards"]]
-        sizes = np.array([len(s.tokens) for s in self.shards], dtype=np.int64)
-        self.shard_starts = np.concatenate([[0], np.cumsum(sizes)])
-        self.total_tokens = int(self.shard_starts[-1])
-        self.num_samples = max(0, (self.total_tokens - 1) // seq_len)
+        self.entries = self.manifest["shards"]
+        self._open: dict[int, Shard] = {}
+        self.pools = self._build_pools()
+        self.num_samples = sum(p.num_samples for p in self.pools)
         if self.num_samples == 0:
-            raise ValueError(f"{self.dir} holds {self.total_tokens} tokens, fewer than one sample of "
-                             f"seq_len+1={seq_len + 1}; add data or lower train.seq_len")
-        starts = np.arange(self.num_samples, dtype=np.int64) * seq_len
-        self.sample_shard = np.searchsorted(self.shard_starts, starts, side="right") - 1
-        self.sample_offset = starts - self.shard_starts[self.sample_shard]
+            raise DataError(f"{self.dir} holds {self.manifest['total_tokens']} tokens, fewer than one sample of "
+                             f"seq_len+1={seq_len + 1} in any pool; add data or lower train.seq_len")
+        self.pool_first_ids = np.array([p.first_id for p in self.pools] + [self.num_samples], dtype=np.int64)
+
+    def _build_pools(self) -> list[Pool]:
+        members: dict[str, list[int]] = {}
+        for index, entry in enumerate(self.entries):
+            members.setdefault(pool_key(entry, self.manifest, self.pool_by), []).append(index)
+        pools, first = [], 0
+        for name in sorted(members):
+            sizes = np.array([self.entries[i]["tokens"] for i in members[name]], dtype=np.int64)
+            starts = np.concatenate([[0], np.cumsum(sizes)])
+            n = max(0, int(starts[-1] - 1) // self.seq_len)
+            pools.append(Pool(name, members[name], starts, n, first))
+            first += n
+        return pools
 
     def __len__(self) -> int:
         return self.num_samples
 
-    def _span(self, shard: int, offset: int, length: int) -> list[tuple[int, int, int]]:
-        """(shard, start, stop) pieces covering `length` tokens from (shard, offset)."""
-        pieces = []
+    def pool_sizes(self) -> dict[str, int]:
+        return {p.name: p.num_samples for p in self.pools}
+
+    def shard(self, index: int) -> Shard:
+        if index not in self._open:
+            self._open[index] = open_shard(self.dir / self.entries[index]["file"], self.entries[index])
+        return self._open[index]
+
+    def _locate(self, i: int) -> tuple[Pool, int]:
+        if not 0 <= i < self.num_samples:
+            raise IndexError(f"sample {i} out of range [0, {self.num_samples})")
+        pool = self.pools[int(np.searchsorted(self.pool_first_ids, i, side="right")) - 1]
+        return pool, i - pool.first_id
+
+    def _span(self, i: int) -> list[tuple[int, int, int]]:
+        """(shard index, start, stop) pieces holding sample i's seq_len+1 tokens."""
+        pool, k = self._locate(i)
+        start = k * self.seq_len
+        j = bisect.bisect_right(pool.starts, start) - 1
+        offset, length, pieces = start - int(pool.starts[j]), self.seq_len + 1, []
         while length > 0:
-            take = min(length, len(self.shards[shard].tokens) - offset)
-            pieces.append((shard, offset, offset + take))
+            size = int(pool.starts[j + 1] - pool.starts[j])
+            take = min(length, size - offset)
+            pieces.append((pool.shards[j], offset, offset + take))
             length -= take
-            shard, offset = shard + 1, 0
+            j, offset = j + 1, 0
         return pieces
 
     def __getitem__(self, i: int) -> dict:
-        if not 0 <= i < self.num_samples:
-            raise IndexError(f"sample {i} out of range [0, {self.num_samples})")
-        pieces = self._span(int(self.sample_shard[i]), int(self.sample_offset[i]), self.seq_len + 1)
-        tokens = np.concatenate([self.shards[s].tokens[a:b] for s, a, b in pieces]).astype(np.int64)
+        pieces = self._span(i)
+        if len(pieces) == 1:
+            s, a, b = pieces[0]
+            return {"tokens": self.shard(s).tokens[a:b].astype(np.int64),
+                    "channels": self._token_channels(s, a, b)}
+        tokens = np.concatenate([self.shard(s).tokens[a:b] for s, a, b in pieces]).astype(np.int64)
         channels = np.concatenate([self._token_channels(s, a, b) for s, a, b in pieces])
         return {"tokens": tokens, "channels": channels}
 
-    def _token_channels(self, shard: int, start: int, stop: int) -> np.ndarray:
-        sh = self.shards[shard]
+    def _token_channels(self, index: int, start: int, stop: int) -> np.ndarray:
+        sh = self.shard(index)
+        if sh.channels[0] == sh.channels[-1]:  # every shard holds one channel
+            return np.full(stop - start, sh.channels[0], dtype=np.int64)
         first = bisect.bisect_right(sh.doc_offsets, start) - 1
         last = bisect.bisect_right(sh.doc_offsets, stop - 1) - 1
         bounds = np.clip(sh.doc_offsets[first:last + 2], start, stop) - start
         return np.repeat(sh.channels[first:last + 1], np.diff(bounds)).astype(np.int64)
 
     def documents_of(self, i: int) -> list[dict]:
-        """The documents (shard, row, source name) that sample i draws tokens from."""
-        pieces = self._span(int(self.sample_shard[i]), int(self.sample_offset[i]), self.seq_len + 1)
+        """The documents (shard file, row, source name) that sample i draws tokens from."""
         names = self.manifest["sources"]
         out = []
-        for s, a, b in pieces:
-            sh = self.shards[s]
+        for s, a, b in self._span(i):
+            sh = self.shard(s)
             for row in range(bisect.bisect_right(sh.doc_offsets, a) - 1, bisect.bisect_right(sh.doc_offsets, b - 1)):
-                out.append({"shard": s, "row": row, "source": names[int(sh.sources[row])]})
+                out.append({"shard": self.entries[s]["file"], "row": row, "source": names[int(sh.sources[row])]})
         return out
 
 
@@ -143,24 +218,97 @@ class SamplerState:
         return cls(int(d["consumed_samples"]), [tuple(r) for r in d.get("skipped", [])])
 
 
-class GlobalSampler:
-    """A seeded permutation per epoch over the sample index; position p -> sample id.
+class BlendSchedule:
+    """Which pool each global position draws from, for given sampling weights, in O(1).
 
-    Every rank computes the same global order; a global batch is the next
-    `global_batch` positions, of which rank r takes its contiguous slice.
+    Positions repeat a period of PERIOD slots in which pool j holds round(w_j *
+    PERIOD) slots (at least one for any positive weight), spread so that every
+    prefix of the period is as close to the weights as possible (the greedy of
+    Megatron's blended datasets). Position p is slot p % PERIOD of period
+    p // PERIOD, so a pool-local position is a count, not a scan.
     """
 
-    def __init__(self, num_samples: int, seed: int, state: SamplerState | None = None):
-        self.n, self.seed = num_samples, seed
+    PERIOD = 4096
+
+    def __init__(self, weights: list[float]):
+        w = np.asarray(weights, dtype=np.float64)
+        if len(w) == 0 or (w < 0).any() or w.sum() <= 0:
+            raise ValueError(f"mixture weights {weights} must be non-negative with a positive sum")
+        self.counts = self._slot_counts(w / w.sum())
+        placed = np.zeros(len(w), dtype=np.int64)
+        slots = np.empty(self.PERIOD, dtype=np.int64)
+        for t in range(self.PERIOD):
+            j = int(np.argmax((t + 1) * self.counts / self.PERIOD - placed))
+            slots[t] = j
+            placed[j] += 1
+        self.slots = slots
+        # prefix[t, j]: slots of pool j before slot t of a period
+        self.prefix = np.zeros((self.PERIOD + 1, len(w)), dtype=np.int64)
+        np.add.at(self.prefix[1:], (np.arange(self.PERIOD), slots), 1)
+        self.prefix = np.cumsum(self.prefix, axis=0)
+
+    def _slot_counts(self, w: np.ndarray) -> np.ndarray:
+        raw = w * self.PERIOD
+        counts = np.floor(raw).astype(np.int64)
+        counts[(w > 0) & (counts == 0)] = 1
+        for j in np.argsort(-(raw - counts))[: self.PERIOD - counts.sum()]:
+            counts[j] += 1
+        while counts.sum() > self.PERIOD:  # the minimum-one rule can overshoot; take from the largest
+            counts[int(np.argmax(counts))] -= 1
+        return counts
+
+    def locate(self, position: int) -> tuple[int, int]:
+        """(pool, pool-local position) of a global position."""
+        period, t = divmod(position, self.PERIOD)
+        j = int(self.slots[t])
+        return j, period * int(self.counts[j]) + int(self.prefix[t, j])
+
+    def shares(self) -> np.ndarray:
+        return self.counts / self.PERIOD
+
+
+class GlobalSampler:
+    """Position p -> global sample id: a seeded permutation per pool and epoch, pools blended by weight.
+
+    Every rank computes the same global order; a global batch is the next
+    `global_batch` positions, of which rank r takes its contiguous slice. The
+    state is consumed_samples plus skipped position ranges, so resuming is
+    O(1) and independent of world size. Without weights there is one pool or
+    the pools are drawn in proportion to their sizes.
+    """
+
+    def __init__(self, pool_sizes: list[int] | int, seed: int, state: SamplerState | None = None,
+                 weights: list[float] | None = None):
+        self.sizes = [pool_sizes] if isinstance(pool_sizes, int) else list(pool_sizes)
+        self.first_ids = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64)
+        weights = list(self.sizes) if weights is None else list(weights)
+        for size, w in zip(self.sizes, weights):
+            if w > 0 and size == 0:
+                raise DataError("a pool with positive mixture weight holds no complete sample; "
+                                 "drop it from train.mixture.weights or add data")
+        self.seed = seed
         self.state = state or SamplerState()
-        self._perm_epoch, self._perm = -1, None
+        self.blend = BlendSchedule(weights) if len(self.sizes) > 1 else None
+        self._perms: dict[int, tuple[int, np.ndarray]] = {}
+
+    def _permuted(self, pool: int, q: int) -> int:
+        epoch, k = divmod(q, self.sizes[pool])
+        cached = self._perms.get(pool)
+        if cached is None or cached[0] != epoch:
+            cached = (epoch, np.random.default_rng([self.seed, pool, epoch]).permutation(self.sizes[pool]))
+            self._perms[pool] = cached
+        return int(cached[1][k])
 
     def sample_at(self, position: int) -> int:
-        epoch, k = divmod(position, self.n)
-        if epoch != self._perm_epoch:
-            self._perm = np.random.default_rng([self.seed, epoch]).permutation(self.n)
-            self._perm_epoch = epoch
-        return int(self._perm[k])
+        pool, q = self.blend.locate(position) if self.blend else (0, position)
+        return int(self.first_ids[pool]) + self._permuted(pool, q)
+
+    def epochs_at(self, position: int) -> dict[int, float]:
+        """Epochs of each pool consumed by `position`: above 1 means the pool repeats (upsampling)."""
+        if not self.blend:
+            return {0: position / self.sizes[0]}
+        shares = self.blend.shares()
+        return {j: position * shares[j] / size for j, size in enumerate(self.sizes) if size}
 
     def _skip(self, position: int) -> int:
         for start, end in sorted(self.state.skipped):
@@ -177,6 +325,19 @@ class GlobalSampler:
             pos += 1
         self.state.consumed_samples = pos
         return ids
+
+
+def sampler_for(dataset: TokenDataset, seed: int, state: SamplerState | None = None,
+                weights: dict[str, float] | None = None) -> GlobalSampler:
+    """The sampler over a dataset's pools; `weights` names pools (channels or sources) and their shares."""
+    names = [p.name for p in dataset.pools]
+    if weights is None:
+        return GlobalSampler([p.num_samples for p in dataset.pools], seed, state)
+    unknown = sorted(set(weights) - set(names))
+    if unknown:
+        raise DataError(f"train.mixture.weights names {unknown}, which the dataset's pools by "
+                         f"{dataset.pool_by} do not include; available: {names}")
+    return GlobalSampler([p.num_samples for p in dataset.pools], seed, state, [weights.get(n, 0.0) for n in names])
 
 
 def rank_slice(batch: list[int], rank: int, world_size: int) -> list[int]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import time
@@ -23,7 +24,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from model import checkpoint as ckpt
-from model.data import CHANNELS, GlobalSampler, SamplerState, TokenDataset, rank_slice
+from model.data import CHANNELS, DataError, GlobalSampler, SamplerState, TokenDataset, rank_slice, sampler_for
+from model.staging import StagingError, stage_tokens, staged_path
 from model.llama import ModelArgs, Transformer, count_parameters, flops_per_token
 from model.protocol import EVENTS_FILE, EXIT_CONFIG, EXIT_DONE, EXIT_STOPPED, METRICS_FILE
 from model.schedule import cosine_lr, wsd_lr
@@ -64,6 +66,37 @@ class StopFlag:
         flag = torch.tensor([1.0 if self.requested else 0.0])
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return bool(flag.item())
+
+
+def tokens_dir_for(spec: Spec) -> Path:
+    """Where ranks read the shards: in place, or a copy that local rank 0 of each node makes first."""
+    stage_root = spec.train.get("stage_data_dir")
+    if not stage_root:
+        return spec.tokens_dir
+    failed = torch.zeros(1)
+    if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+        try:
+            dest = stage_tokens(spec.tokens_dir, Path(stage_root))
+            print(f"staged token shards to {dest}", flush=True)
+        except (StagingError, OSError) as err:
+            print(f"error: staging the token shards failed: {err}", file=sys.stderr, flush=True)
+            failed += 1
+    dist.all_reduce(failed)  # doubles as the barrier: no rank reads before every node has its copy
+    if failed.item():
+        raise StagingError(f"staging the token shards to {stage_root} failed on {int(failed.item())} node(s); "
+                           f"see their logs")
+    from model.data import read_manifest
+
+    return staged_path(Path(stage_root), read_manifest(spec.tokens_dir))
+
+
+def mixture_plan(dataset: TokenDataset, sampler: GlobalSampler, planned_samples: int) -> str:
+    """Per pool: samples, share drawn, and epochs by the end of training (above 1: repeated)."""
+    epochs = sampler.epochs_at(planned_samples)
+    shares = sampler.blend.shares() if sampler.blend else [1.0]
+    return "data pools: " + ", ".join(
+        f"{p.name}: {p.num_samples:,} samples, share {shares[j]:.3f}, {epochs.get(j, 0.0):.2f} epochs"
+        for j, p in enumerate(dataset.pools))
 
 
 def lr_at(step: int, t: dict) -> float:
@@ -138,12 +171,13 @@ def train(spec: Spec) -> int:
                                timeout=__import__("datetime").timedelta(minutes=t["timeout_minutes"]))
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(t["seed"] + rank)
-    dataset = TokenDataset(spec.tokens_dir, t["seq_len"])
+    mixture = t.get("mixture")
+    dataset = TokenDataset(tokens_dir_for(spec), t["seq_len"], pool_by=mixture["by"] if mixture else "all")
     model = Transformer(spec.model, activation_checkpointing=t["activation_checkpointing"])
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=spec.deepspeed)
     tracker = Rank0Tracker(spec.out_dir, METRICS_FILE, EVENTS_FILE) if rank == 0 else NullTracker()
     start_step, state = resume(engine, spec, rank)
-    sampler = GlobalSampler(len(dataset), t["seed"], state)
+    sampler = sampler_for(dataset, t["seed"], state, mixture["weights"] if mixture else None)
     stop = StopFlag()
     micro, accum = t["micro_batch_size"], t["grad_accum"]
     global_batch = micro * world * accum
@@ -152,6 +186,7 @@ def train(spec: Spec) -> int:
     if rank == 0:
         print(f"params={count_parameters(model):,} samples={len(dataset):,} world={world} "
               f"global_batch={global_batch} start_step={start_step}", flush=True)
+        print(mixture_plan(dataset, sampler, global_batch * t["steps"]), flush=True)
         tracker.event({"event": "start", "step": start_step, "world_size": world})
     step = start_step
     for step in range(start_step, t["steps"]):
@@ -211,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CONFIG
     try:
         return train(spec)
-    except ResumeMismatch as err:
+    except (ResumeMismatch, StagingError, DataError) as err:
         print(f"error: {err}", file=sys.stderr, flush=True)
         return EXIT_CONFIG
     finally:

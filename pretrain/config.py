@@ -235,6 +235,7 @@ class TokenizerConfig(Strict):
 class TokenizeConfig(Strict):
     shard_max_tokens: int = Field(50_000_000, gt=0, description="start a new shard past this many tokens")
     batch_docs: int = Field(1000, gt=0, description="documents per encode_batch call")
+    executor: ExecutorConfig = ExecutorConfig()
 
 
 class PreflightConfig(Strict):
@@ -269,6 +270,20 @@ class ModelConfig(Strict):
         return self
 
 
+class MixtureConfig(Strict):
+    """Sampling proportions of the training data by channel or by source (upsampling repeats a pool)."""
+    by: Literal["channel", "source"] = Field("channel", description="what the weights name: channels (zh/en/code/other) or source names")
+    weights: dict[str, float] = Field(min_length=1, description="share of samples drawn per channel or source; "
+                                      "unnamed ones are not drawn; normalized to sum 1")
+
+    @model_validator(mode="after")
+    def _positive(self) -> "MixtureConfig":
+        bad = {k: v for k, v in self.weights.items() if v < 0}
+        if bad or sum(self.weights.values()) <= 0:
+            raise ValueError(f"train.mixture.weights {self.weights} must be non-negative with a positive sum")
+        return self
+
+
 class TrainConfig(Strict):
     seq_len: int = Field(gt=0)
     micro_batch_size: int = Field(gt=0, description="samples per rank per micro step")
@@ -290,6 +305,9 @@ class TrainConfig(Strict):
     log_every: int = Field(1, gt=0)
     seed: int = 1234
     timeout_minutes: float = Field(30.0, gt=0, description="collective timeout of the process group")
+    mixture: MixtureConfig | None = Field(None, description="sampling weights per channel or source; None: natural proportions")
+    stage_data_dir: str | None = Field(None, description="copy the token shards here on every node before training "
+                                       "(a local disk or /dev/shm); None: read them where the tokenize stage wrote them")
 
     @model_validator(mode="after")
     def _lr_order(self) -> "TrainConfig":

@@ -6,6 +6,7 @@ cannot log into each other's runs.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from pretrain.config import PipelineConfig
@@ -80,10 +81,14 @@ def log_artifact(uri: str, run_id: str, path: Path, subdir: str | None = None) -
     client(uri).log_artifact(run_id, str(path), artifact_path=subdir)
 
 
+_METRIC_NAME_UNSAFE = re.compile(r"[^\w\-. /]")
+
+
 def _flatten(d: dict, prefix: str = "") -> dict:
+    """Nested dicts as dotted metric names; characters MLflow refuses in a name become '_'."""
     out = {}
     for k, v in d.items():
-        key = f"{prefix}{k}"
+        key = f"{prefix}{_METRIC_NAME_UNSAFE.sub('_', str(k))}"
         if isinstance(v, dict):
             out.update(_flatten(v, key + "."))
         else:

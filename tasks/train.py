@@ -162,7 +162,7 @@ def run_train(model: ModelConfig, train: TrainConfig, tokenizer_dir: Path, token
     if code == EXIT_DONE:
         return result
     what = {EXIT_STOPPED: "stopped by SIGTERM after saving a checkpoint",
-            EXIT_CONFIG: "rejected its spec"}.get(code, "crashed")
+            EXIT_CONFIG: "stopped on bad settings or data (a retry will not help)"}.get(code, "crashed")
     raise TrainingFailed(f"training {what} (exit code {code}); see {out_dir / 'launcher.log'}. "
                          f"Newest complete checkpoint: {tag or 'none'}.{rank_errors(tail)}", code)
 

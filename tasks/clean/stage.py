@@ -9,9 +9,7 @@ Output (complete or absent, see tasks.common.outputs):
 """
 from __future__ import annotations
 
-import os
 import shutil
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Callable
 
@@ -24,7 +22,7 @@ from tasks.clean.dedup import find_duplicates
 from tasks.clean.shards import ShardSpec, clean_shard, plan_shards
 from tasks.clean.stage_parts import KEPT_SCHEMA, REJECT_SCHEMA, STATS_SCHEMA, Tally
 from tasks.common.outputs import read_json, staged_output, write_json
-from tasks.common.progress import Progress
+from tasks.common.pool import map_local
 
 ShardRunner = Callable[[CleanConfig, list[ShardSpec], Path], list[dict]]
 
@@ -35,20 +33,7 @@ def work_dir_for(out_dir: Path) -> Path:
 
 
 def run_shards_locally(cfg: CleanConfig, specs: list[ShardSpec], work_dir: Path) -> list[dict]:
-    workers = min(cfg.executor.workers or os.cpu_count() or 1, max(len(specs), 1))
-    progress = Progress("clean", "shards", every_s=5)
-    results = []
-    if workers == 1:
-        for spec in specs:
-            results.append(clean_shard(cfg, spec, work_dir))
-            progress.add()
-    else:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            for result in pool.map(clean_shard, [cfg] * len(specs), specs, [work_dir] * len(specs)):
-                results.append(result)
-                progress.add()
-    progress.done()
-    return results
+    return map_local(clean_shard, [(cfg, spec, work_dir) for spec in specs], cfg.executor.workers, "clean", "shards")
 
 
 def _reject_rows_for(kept: pa.Table, rows: list[int], dups: dict[int, tuple[str, int]], base: int) -> list[dict]:

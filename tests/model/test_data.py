@@ -1,11 +1,15 @@
+import json
+import shutil
+
 import numpy as np
 import pytest
 
-from model.data import GlobalSampler, SamplerState, TokenDataset, open_shard, rank_slice
+from model.data import (CHANNELS, BlendSchedule, DataError, GlobalSampler, SamplerState, ShardError, TokenDataset,
+                        open_shard, rank_slice, sampler_for)
 
 
-def stream(tokens_dir, manifest_shards):
-    return np.concatenate([open_shard(tokens_dir / s["file"]).tokens for s in manifest_shards]).astype(np.int64)
+def stream(tokens_dir, entries):
+    return np.concatenate([open_shard(tokens_dir / s["file"]).tokens for s in entries]).astype(np.int64)
 
 
 @pytest.fixture(scope="module")
@@ -21,17 +25,30 @@ def small_shards(prepared_run, tmp_path_factory):
 
 def test_getitem_equals_stream_slice_across_shards(small_shards):
     d = TokenDataset(small_shards, seq_len=64)
-    assert len(d.shards) >= 3
-    flat = stream(small_shards, d.manifest["shards"])
+    assert len(d.entries) >= 3
+    flat = stream(small_shards, d.entries)
     assert len(d) == (len(flat) - 1) // 64
-    sizes = [len(s.tokens) for s in d.shards]
-    crossing = [i for i in range(len(d)) if d.sample_offset[i] + 65 > sizes[d.sample_shard[i]]]
+    ends = np.cumsum([e["tokens"] for e in d.entries])
+    crossing = [i for i in range(len(d)) if np.searchsorted(ends, i * 64, "right") != np.searchsorted(ends, i * 64 + 64, "right")]
     assert crossing
     for i in [0, 1, len(d) // 2, len(d) - 1] + crossing:
         np.testing.assert_array_equal(d[i]["tokens"], flat[i * 64: i * 64 + 65])
         assert d[i]["channels"].shape == (65,)
     with pytest.raises(IndexError):
         d[len(d)]
+
+
+def test_pools_by_channel_pack_each_channel_separately(small_shards):
+    d = TokenDataset(small_shards, seq_len=32, pool_by="channel")
+    assert [p.name for p in d.pools] == sorted({e["channel"] for e in d.entries})
+    for pool in d.pools:
+        entries = [d.entries[i] for i in pool.shards]
+        flat = stream(small_shards, entries)
+        assert pool.num_samples == (len(flat) - 1) // 32
+        for k in (0, pool.num_samples - 1):
+            item = d[pool.first_id + k]
+            np.testing.assert_array_equal(item["tokens"], flat[k * 32: k * 32 + 33])
+            assert set(item["channels"].tolist()) == {CHANNELS.index(pool.name)}
 
 
 def test_channels_follow_documents(prepared_run):
@@ -43,7 +60,8 @@ def test_channels_follow_documents(prepared_run):
         # the channel only changes right after an EOS (a document boundary)
         changes = np.nonzero(np.diff(item["channels"]))[0]
         assert all(item["tokens"][k] == eos for k in changes)
-    assert d.documents_of(0)[0]["source"] in d.manifest["sources"]
+    docs = d.documents_of(0)
+    assert docs[0]["source"] in d.manifest["sources"] and docs[0]["shard"] == d.entries[0]["file"]
 
 
 def test_sampler_is_a_permutation_and_deterministic():
@@ -56,20 +74,28 @@ def test_sampler_is_a_permutation_and_deterministic():
 
 
 def test_same_global_order_for_any_world_size():
-    batches = [GlobalSampler(1000, 7).next_global_batch(16) for _ in range(2)]
+    """Ranks of any world size together consume exactly the single-rank order, step by step."""
+    reference = GlobalSampler([300, 120], 7)
+    order = [i for _ in range(20) for i in reference.next_global_batch(16)]
     for world in (1, 2, 8):
-        merged = [i for r in range(world) for i in rank_slice(batches[0], r, world)]
-        assert merged == batches[1]
+        samplers = [GlobalSampler([300, 120], 7) for _ in range(world)]  # one per rank, as in training
+        seen = []
+        for _ in range(20):
+            for rank, s in enumerate(samplers):
+                seen.append(rank_slice(s.next_global_batch(16), rank, world))
+        merged = [i for step in range(20) for r in range(world) for i in seen[step * world + r]]
+        assert merged == order
 
 
 def test_resume_from_state_continues_exactly():
-    full = GlobalSampler(500, 1)
-    seq = [full.next_global_batch(8) for _ in range(10)]
-    part = GlobalSampler(500, 1)
-    for _ in range(4):
-        part.next_global_batch(8)
-    resumed = GlobalSampler(500, 1, SamplerState.from_dict(part.state.to_dict()))
-    assert [resumed.next_global_batch(8) for _ in range(6)] == seq[4:]
+    for sizes, weights in ((500, None), ([500, 80, 20], [0.5, 0.3, 0.2])):
+        full = GlobalSampler(sizes, 1, weights=weights)
+        seq = [full.next_global_batch(8) for _ in range(40)]
+        part = GlobalSampler(sizes, 1, weights=weights)
+        for _ in range(13):
+            part.next_global_batch(8)
+        resumed = GlobalSampler(sizes, 1, SamplerState.from_dict(part.state.to_dict()), weights=weights)
+        assert [resumed.next_global_batch(8) for _ in range(27)] == seq[13:]
 
 
 def test_skipped_ranges_are_skipped():
@@ -80,7 +106,53 @@ def test_skipped_ranges_are_skipped():
     assert s.state.consumed_samples == 32
 
 
+def test_blend_schedule_is_a_count_not_a_scan():
+    blend = BlendSchedule([0.6, 0.3, 0.1, 0.0])
+    seen = [0, 0, 0, 0]
+    for p in range(3 * BlendSchedule.PERIOD + 17):
+        pool, local = blend.locate(p)
+        assert local == seen[pool]  # each pool's local positions come out 0, 1, 2, ... in order
+        seen[pool] += 1
+    assert seen[3] == 0
+    assert np.allclose(np.array(seen[:3]) / sum(seen), [0.6, 0.3, 0.1], atol=1e-3)
+    # any prefix stays close to the weights: the pools interleave, they do not come in blocks
+    firsts = [blend.locate(p)[0] for p in range(100)]
+    assert abs(firsts.count(0) - 60) <= 1 and abs(firsts.count(2) - 10) <= 1
+
+
+def test_mixture_upsamples_a_small_pool():
+    s = GlobalSampler([1000, 50], seed=2, weights=[0.5, 0.5])
+    ids = s.next_global_batch(2000)
+    small = [i for i in ids if i >= 1000]
+    assert len(small) == 1000 and sorted(set(small)) == list(range(1000, 1050))  # 20 epochs of the small pool
+    assert s.epochs_at(2000)[1] == pytest.approx(20.0)
+
+
+def test_mixture_names_must_exist(small_shards):
+    d = TokenDataset(small_shards, seq_len=32, pool_by="channel")
+    with pytest.raises(DataError, match="available"):
+        sampler_for(d, 1, weights={"klingon": 1.0})
+    s = sampler_for(d, 1, weights={d.pools[0].name: 1.0})
+    assert all(d.pools[0].first_id <= i < d.pools[0].first_id + d.pools[0].num_samples for i in s.next_global_batch(50))
+
+
 def test_too_little_data_is_a_clear_error(prepared_run):
     _, root = prepared_run
-    with pytest.raises(ValueError, match="lower train.seq_len"):
+    with pytest.raises(DataError, match="lower train.seq_len"):
         TokenDataset(root / "tokens", seq_len=10**9)
+
+
+def test_truncated_or_replaced_shard_is_named(small_shards, tmp_path):
+    copy = tmp_path / "tokens"
+    shutil.copytree(small_shards, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    victim = copy / manifest["shards"][1]["file"]
+    victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
+    d = TokenDataset(copy, seq_len=32)
+    with pytest.raises(ShardError, match=manifest["shards"][1]["file"]):
+        for i in range(len(d)):
+            d[i]
+    # a readable shard that is not the one the manifest describes
+    shutil.copyfile(copy / manifest["shards"][2]["file"], copy / manifest["shards"][0]["file"])
+    with pytest.raises(ShardError, match="changed or replaced"):
+        TokenDataset(copy, seq_len=32)[0]

@@ -3,8 +3,10 @@ import shutil
 
 import pytest
 
+from model.data import read_manifest
 from model.checkpoint import complete_tags, read_meta
 from model.protocol import read_jsonl
+from pretrain.config import MixtureConfig
 from tasks.train import TrainingFailed, deepspeed_config, launcher_command, run_train
 
 pytestmark = pytest.mark.slow
@@ -49,8 +51,10 @@ def test_crash_is_reported_with_log_and_checkpoint(prepared_run, tmp_path):
     # break the data after the spec is written: every rank fails at start-up
     bad_tokens = tmp_path / "tokens"
     shutil.copytree(root / "tokens", bad_tokens)
-    (bad_tokens / "shard-00000.arrow").write_bytes(b"not arrow")
-    with pytest.raises(TrainingFailed, match=r"crashed \(exit code \d+\); see .*launcher.log[\s\S]*ShardError: token shard .*shard-00000.arrow cannot be read"):
+    first = read_manifest(bad_tokens)["shards"][0]["file"]
+    (bad_tokens / first).write_bytes(b"not arrow")
+    with pytest.raises(TrainingFailed, match=r"bad settings or data .*\(exit code 44\); see .*launcher.log[\s\S]*"
+                       rf"error: token shard .*{first} cannot be read"):
         run_train(cfg.model, cfg.train, root / "tokenizer", bad_tokens, tmp_path / "train", {}, log_line=lambda _: None)
 
 
@@ -70,6 +74,18 @@ def test_resume_refuses_a_checkpoint_of_another_model(prepared_run, tmp_path):
     out = tmp_path / "train"
     train(cfg, root, out, steps=2, save_every=2)
     wider = cfg.model.model_copy(update={"ffn_hidden": cfg.model.ffn_hidden * 2})
-    with pytest.raises(TrainingFailed, match=r"rejected its spec[\s\S]*different model \(ffn_hidden changed\)"):
+    with pytest.raises(TrainingFailed, match=r"bad settings or data[\s\S]*different model \(ffn_hidden changed\)"):
         run_train(wider, cfg.train.model_copy(update={"steps": 4}), root / "tokenizer", root / "tokens", out, {},
                   log_line=lambda _: None)
+
+
+def test_mixture_and_staged_data_reach_the_ranks(prepared_run, tmp_path):
+    cfg, root = prepared_run
+    result, lines = train(cfg, root, tmp_path / "train", steps=2, save_every=2, stage_data_dir=str(tmp_path / "shm"),
+                          mixture=MixtureConfig(by="channel", weights={"en": 3.0, "code": 1.0}))
+    version = read_manifest(root / "tokens")["version"]
+    assert result["exit_code"] == 0
+    assert any(f"staged token shards to {tmp_path / 'shm' / ('tokens-' + version)}" in line for line in lines)
+    plan = next(line for line in lines if "data pools:" in line)
+    assert "code:" in plan and "share 0.250" in plan and "en:" in plan and "share 0.750" in plan
+    assert "zh:" in plan and "share 0.000" in plan  # pools the mixture does not name are not drawn

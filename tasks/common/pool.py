@@ -1,0 +1,29 @@
+"""Per-shard work on a local process pool, in order, with progress lines (the CLI path; flows use Prefect runners)."""
+from __future__ import annotations
+
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+from typing import Callable
+
+
+def map_local(fn: Callable, calls: list[tuple], workers: int | None, what: str, unit: str,
+              spawn: bool = False, initializer: Callable | None = None) -> list:
+    """fn(*args) for each args tuple, on up to `workers` processes (None: one per CPU); results in call order."""
+    from tasks.common.progress import Progress
+
+    workers = min(workers or os.cpu_count() or 1, max(len(calls), 1))
+    progress = Progress(what, unit, every_s=5)
+    results = []
+    if workers == 1:
+        for args in calls:
+            results.append(fn(*args))
+            progress.add()
+    else:
+        ctx = multiprocessing.get_context("spawn") if spawn else None
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=initializer) as pool:
+            for result in pool.map(fn, *zip(*calls)):
+                results.append(result)
+                progress.add()
+    progress.done()
+    return results

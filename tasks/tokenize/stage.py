@@ -1,0 +1,122 @@
+"""The tokenize stage: plan one part per kept file -> tokenize parts (in parallel, resumable) -> manifest.
+
+Output (complete or absent, see tasks.common.outputs):
+    <part>.<channel>.s<source>.<k>.arrow   token shards (format in model/data.py)
+    manifest.json                           the dataset's version, shard list and counts
+Parts are written to `<out>.parts/` first, so an interrupted stage resumes
+without redoing finished parts.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Callable
+
+from model.data import CHANNELS, MANIFEST
+from pretrain.config import TokenizeConfig
+from tasks.common.outputs import read_json, require_complete, staged_output, write_json
+from tasks.common.pool import map_local
+from tasks.tokenize.parts import PartSettings, PartSpec, tokenize_part, tokenizer_at
+from tasks.tokenizer import file_sha256, load_tokenizer
+
+PartRunner = Callable[[TokenizeConfig, list[PartSpec], PartSettings, Path], list[dict]]
+
+
+def work_dir_for(out_dir: Path) -> Path:
+    return out_dir.parent / f"{out_dir.name}.parts"
+
+
+def source_names(clean_dir: Path) -> list[str]:
+    names = sorted(read_json(clean_dir / "manifest.json")["docs_by_source"])
+    if len(names) > 65535:
+        raise ValueError(f"{len(names)} sources; token shards address at most 65535 (uint16); merge sources")
+    return names
+
+
+def prepare(cfg: TokenizeConfig, clean_dir: Path, tokenizer_dir: Path, out_dir: Path
+            ) -> tuple[list[PartSpec], PartSettings, Path]:
+    """One part per kept Parquet file, fingerprinted by input, tokenizer and settings."""
+    require_complete(clean_dir, "clean")
+    load_tokenizer(tokenizer_dir)  # fails here, before any work, when the tokenizer is missing or incomplete
+    settings = PartSettings(str(Path(tokenizer_dir).resolve() / "tokenizer.json"), cfg.shard_max_tokens, cfg.batch_docs)
+    tokenizer_hash = file_sha256(Path(settings.tokenizer_json))
+    source_ids = {name: i for i, name in enumerate(source_names(clean_dir))}
+    specs = []
+    for path in sorted((clean_dir / "kept").glob("*.parquet")):
+        digest = file_sha256(path)
+        key = json.dumps([digest, tokenizer_hash, cfg.shard_max_tokens, source_ids], sort_keys=True)
+        specs.append(PartSpec(str(path.resolve()), digest, path.stem, hashlib.sha256(key.encode()).hexdigest(), source_ids))
+    work_dir = work_dir_for(Path(out_dir))
+    work_dir.mkdir(parents=True, exist_ok=True)
+    return specs, settings, work_dir
+
+
+def run_parts_locally(cfg: TokenizeConfig, specs: list[PartSpec], settings: PartSettings, work_dir: Path) -> list[dict]:
+    # spawn, not fork: a forked child of a process that used the tokenizer's thread
+    # pool runs single-threaded (tokenizers disables it after fork)
+    return map_local(tokenize_part, [(spec, settings, work_dir) for spec in specs], cfg.executor.workers,
+                     "tokenize", "parts", spawn=True, initializer=_one_thread_each)
+
+
+def _one_thread_each() -> None:
+    # the pool already has a process per core; a thread pool in each would oversubscribe them
+    os.environ["RAYON_NUM_THREADS"] = "1"
+
+
+def complete(cfg: TokenizeConfig, specs: list[PartSpec], metas: list[dict], settings: PartSettings,
+             clean_dir: Path, work_dir: Path, out_dir: Path) -> dict:
+    """Move every part's shards into the output with the manifest, then drop the scratch parts."""
+    with staged_output(out_dir) as tmp:
+        shards = []
+        for spec, meta in zip(specs, metas):
+            for shard in meta["shards"]:
+                os.replace(work_dir / spec.part_id / shard["file"], tmp / shard["file"])
+                shards.append({**shard, "input": Path(spec.input).name})
+        manifest = build_manifest(cfg, shards, settings, clean_dir, specs)
+        write_json(tmp / MANIFEST, manifest)
+    shutil.rmtree(work_dir, ignore_errors=True)
+    return manifest
+
+
+def build_manifest(cfg: TokenizeConfig, shards: list[dict], settings: PartSettings, clean_dir: Path,
+                   specs: list[PartSpec]) -> dict:
+    names = source_names(clean_dir)
+    _, eos, vocab = tokenizer_at(settings.tokenizer_json)
+    manifest = {
+        "format": 2,
+        "shards": shards,
+        "total_tokens": sum(s["tokens"] for s in shards),
+        "total_docs": sum(s["docs"] for s in shards),
+        "tokens_by_channel": _sum_by(shards, "channel", "tokens"),
+        "docs_by_channel": _sum_by(shards, "channel", "docs"),
+        "tokens_by_source": {names[k]: v for k, v in _sum_by(shards, "source_id", "tokens").items()},
+        "docs_by_source": {names[k]: v for k, v in _sum_by(shards, "source_id", "docs").items()},
+        "channels": list(CHANNELS),
+        "sources": names,
+        "vocab_size": vocab,
+        "eos_id": eos,
+        "tokenizer_sha256": file_sha256(Path(settings.tokenizer_json)),
+        "config_sha256": hashlib.sha256(json.dumps({"shard_max_tokens": cfg.shard_max_tokens}).encode()).hexdigest(),
+        "input_sha256": {Path(s.input).name: s.input_sha256 for s in specs},
+    }
+    manifest["version"] = hashlib.sha256(json.dumps(
+        [manifest["tokenizer_sha256"], manifest["config_sha256"], manifest["input_sha256"]],
+        sort_keys=True).encode()).hexdigest()[:16]
+    return manifest
+
+
+def _sum_by(rows: list[dict], key: str, value: str) -> dict:
+    out: dict = {}
+    for row in rows:
+        out[row[key]] = out.get(row[key], 0) + row[value]
+    return out
+
+
+def run_tokenize(cfg: TokenizeConfig, clean_dir: Path, tokenizer_dir: Path, out_dir: Path,
+                 run_parts: PartRunner = run_parts_locally) -> dict:
+    specs, settings, work_dir = prepare(cfg, Path(clean_dir), Path(tokenizer_dir), Path(out_dir))
+    metas = run_parts(cfg, specs, settings, work_dir)
+    return complete(cfg, specs, metas, settings, Path(clean_dir), work_dir, Path(out_dir))

@@ -1,0 +1,52 @@
+"""Stage flows run as a user runs them, and a real Ray cluster on loopback for the Ray executor."""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tasks.preflight.probe import free_port
+from tests.conftest import ROOT
+
+
+def run_flow(stage: str, data: dict, tmp: Path) -> dict:
+    """`pretrain <stage>` in a subprocess; returns the result it prints (the last JSON object)."""
+    config = tmp / f"{stage}.yaml"
+    config.write_text(yaml.safe_dump(data, allow_unicode=True))
+    proc = subprocess.run([sys.executable, "-m", "pretrain.cli", stage, "--config", str(config)],
+                          capture_output=True, text=True, cwd=ROOT, env={**os.environ}, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = "\n" + proc.stdout
+    return json.loads(out[out.rindex("\n{\n") + 1:])
+
+
+@pytest.fixture(scope="session")
+def ray_cluster(tmp_path_factory):
+    """A real Ray head node on 127.0.0.1 with token auth, as a shared cluster would run."""
+    pytest.importorskip("prefect_ray")
+    token = tmp_path_factory.mktemp("ray") / "ray_token"
+    token.write_text(secrets.token_hex(32))
+    auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)}
+    saved = {k: os.environ.get(k) for k in auth}
+    os.environ.update(auth)  # read by `ray start` below and by the flows' ray.init
+    ray_bin = str(Path(sys.executable).parent / "ray")
+    port = free_port()
+    start = subprocess.run([ray_bin, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
+                            "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats"],
+                           capture_output=True, text=True, timeout=180)
+    assert start.returncode == 0, start.stdout[-2000:] + start.stderr[-2000:]
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        subprocess.run([ray_bin, "stop", "--force"], capture_output=True, timeout=120)
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

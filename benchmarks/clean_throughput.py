@@ -9,7 +9,7 @@ and spacy installed; it is never a dependency of this project). Median of
 --repeat runs; the ratio is datatrove's seconds / ours.
 Table 2, the whole stage on one worker (read, normalize, tag, every rule family,
 exact + near dedup, write): documents/s and MB/s per core, per corpus.
-Table 3, peak memory (max RSS of a fresh process) of the whole stage at 1x and 10x
+Table 3, peak memory (RSS of a fresh process, sampled) of the whole stage at 1x and 10x
 corpus size (10x = the files copied ten times): streaming by shard keeps it flat.
 """
 from __future__ import annotations
@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 from pretrain.config import CleanConfig, SourceConfig  # noqa: E402
 from tasks.clean.readers import RawDoc  # noqa: E402
 from tasks.clean.stage_parts import Cleaner  # noqa: E402
+from benchmarks._memory import run_measured  # noqa: E402
 
 
 def english_docs(corpora: Path) -> list[str]:
@@ -86,9 +87,9 @@ def corpus_sources(corpora: Path) -> dict[str, list[dict]]:
 
 
 def stage_in_subprocess(sources: list[dict], out: Path) -> dict:
-    """The whole stage on one worker in a fresh process; returns its manifest, seconds and max RSS."""
+    """The whole stage on one worker in a fresh process; returns its manifest, seconds and peak RSS."""
     code = f"""
-import json, resource, time, sys
+import json, time, sys
 sys.path.insert(0, {str(ROOT)!r})
 from pathlib import Path
 from pretrain.config import CleanConfig
@@ -96,11 +97,10 @@ from tasks.clean.stage import run_clean
 cfg = CleanConfig(sources={sources!r}, executor={{"workers": 1}})
 t = time.perf_counter()
 m = run_clean(cfg, Path({str(out)!r}))
-print(json.dumps({{"manifest": m, "seconds": time.perf_counter() - t,
-                   "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}}))
+print(json.dumps({{"manifest": m, "seconds": time.perf_counter() - t}}))
 """
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    result, peak_mb = run_measured([sys.executable, "-c", code])
+    return {**result, "max_rss_mb": peak_mb}
 
 
 def size_mb(sources: list[dict]) -> float:
@@ -140,8 +140,8 @@ def main() -> None:
             print(f"{name:<20}{m['docs_in']:>8}{size_mb(sources):>7.1f}{m['kept']:>8}{sec:>10.2f}"
                   f"{m['docs_in'] / sec:>9.0f}{size_mb(sources) / sec:>7.2f}")
 
-        print("\nTable 3: peak memory of the whole stage (max RSS, fresh process, 1 worker)")
-        print(f"{'corpus size':<14}{'files':>7}{'MB':>8}{'docs':>9}{'seconds':>9}{'max RSS MB':>12}")
+        print("\nTable 3: peak memory of the whole stage (RSS sampled every 20 ms, fresh process, 1 worker)")
+        print(f"{'corpus size':<14}{'files':>7}{'MB':>8}{'docs':>9}{'seconds':>9}{'peak RSS MB':>12}")
         base = [s for group in corpus_sources(corpora).values() for s in group]
         for factor in (1, 10):
             sources = []

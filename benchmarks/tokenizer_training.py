@@ -6,7 +6,7 @@ Cleans ../shared/corpora (zh and en) plus the Python standard library's own sour
 (the code channel) with the default rules, then trains the tokenizer stage on 25%,
 50% and 100% of the kept text (tokenizer.max_training_chars), each in a fresh
 process, and once more at 100% without cutting long CJK runs (tokenizer.max_cjk_run=0).
-Table 1: training seconds, max RSS and held-out zh compression per run. Then the full-size report:
+Table 1: training seconds, peak RSS (sampled) and held-out zh compression per run. Then the full-size report:
 compression per channel with cl100k_base / o200k_base columns, diagnostics, pruning.
 """
 from __future__ import annotations
@@ -14,37 +14,23 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
 import sys
-import sysconfig
 import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pretrain.config import CleanConfig  # noqa: E402
-from tasks.clean.stage import run_clean  # noqa: E402
+from benchmarks._corpus import clean_corpus  # noqa: E402
+from benchmarks._memory import run_measured  # noqa: E402
 from tasks.common.outputs import read_json  # noqa: E402
 from tasks.tokenizer import kept_chars_by_channel  # noqa: E402
 from tasks.tokenizer_report import report_markdown  # noqa: E402
 
 
-def sources(corpora: Path) -> list[dict]:
-    return [
-        {"path": str(corpora / "zh" / "cnews.val.txt"), "format": "tsv", "columns": ["label", "text"], "name": "zh-news"},
-        {"path": str(corpora / "zh" / "ChnSentiCorp_htl_all.csv"), "text_field": "review", "name": "zh-reviews"},
-        {"path": str(corpora / "zh" / "zhwiki_simplified_00.jsonl"), "name": "zh-wiki"},
-        {"path": str(corpora / "en" / "CC-MAIN-20190717121559-20190717143559-00140.jsonl.gz"), "name": "en-web"},
-        {"path": str(corpora / "en" / "ag_news_test.csv"), "columns": ["label", "title", "text"], "name": "en-news"},
-        {"path": str(corpora / "en" / "wikitext2_test.raw"), "text_unit": "line", "name": "en-wiki"},
-        {"path": sysconfig.get_paths()["stdlib"] + "/**/*.py", "channel_hint": "code", "name": "python-stdlib"},
-    ]
-
-
 def train_in_subprocess(clean_dir: Path, out: Path, vocab: int, max_chars: int, max_cjk_run: int = 32) -> dict:
     code = f"""
-import json, resource, sys, time
+import json, sys, time
 sys.path.insert(0, {str(ROOT)!r})
 from pathlib import Path
 from pretrain.config import TokenizerConfig
@@ -53,12 +39,12 @@ cfg = TokenizerConfig(vocab_size={vocab}, reserved_tokens=1000, held_out_docs=20
                       max_cjk_run={max_cjk_run}, channel_mix={{"zh": 0.4, "en": 0.4, "code": 0.2}})
 t = time.perf_counter()
 report = run_tokenizer(cfg, Path({str(clean_dir)!r}), Path({str(out)!r}))
-print(json.dumps({{"seconds": time.perf_counter() - t, "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+print(json.dumps({{"seconds": time.perf_counter() - t,
                    "training_chars": sum(report["training_chars_by_channel"].values()),
                    "zh_chars_per_token": report["held_out"].get("zh", {{}}).get("chars_per_token")}}))
 """
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    result, peak_mb = run_measured([sys.executable, "-c", code])
+    return {**result, "max_rss_mb": peak_mb}
 
 
 def main() -> None:
@@ -68,13 +54,13 @@ def main() -> None:
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="tok-bench-"))
     try:
-        manifest = run_clean(CleanConfig(sources=sources(args.shared / "corpora")), tmp / "clean")
+        manifest = clean_corpus(args.shared / "corpora", tmp / "clean")
         kept_chars = kept_chars_by_channel(tmp / "clean")
         total = sum(kept_chars.values())
         print(f"corpus kept: {manifest['kept']} docs, characters by channel {kept_chars}\n")
         print(f"Table 1: training the tokenizer stage (vocab {args.vocab} + 1000 reserved), fresh process each")
         print(f"{'share':<8}{'max_cjk_run':>12}{'max_training_chars':>20}{'chars trained on':>18}{'seconds':>10}"
-              f"{'max RSS MB':>12}{'zh chars/token':>16}")
+              f"{'peak RSS MB':>12}{'zh chars/token':>16}")
         for share, max_cjk_run in ((0.25, 32), (0.5, 32), (1.0, 32), (1.0, 0)):
             out = tmp / f"tok-{share}-{max_cjk_run}"
             r = train_in_subprocess(tmp / "clean", out, args.vocab, int(total * share), max_cjk_run)

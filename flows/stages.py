@@ -13,8 +13,11 @@ from tasks.clean.shards import ShardSpec, clean_shard
 from tasks.clean.stage import complete, prepare
 from tasks.preflight.checks import gate, run_checks
 from tasks.tokenize import complete as complete_tokenize
+from tasks.tokenize import plan_reject_counts
 from tasks.tokenize import prepare as prepare_tokenize
 from tasks.tokenize.parts import PartSettings, PartSpec, tokenize_part
+from tasks.tokenize.rejects import RULE_TOKENS, RejectSpec, count_rejected
+from tasks.tokenize.rejects import rule_table as rule_token_table
 from tasks.tokenizer import run_tokenizer
 from tasks.train import run_train
 
@@ -64,10 +67,18 @@ def tokenize_part_task(spec: PartSpec, settings: PartSettings, work_dir: str) ->
     return tokenize_part(spec, settings, Path(work_dir))
 
 
+@task(name="count-rejected-tokens", retries=1)
+def count_rejected_task(spec: RejectSpec, settings: PartSettings, work_dir: str) -> dict:
+    import os
+
+    os.environ.setdefault("RAYON_NUM_THREADS", "1")
+    return count_rejected(spec, settings, Path(work_dir))
+
+
 @task(name="write-token-manifest")
 def tokenize_complete_task(cfg: TokenizeConfig, specs: list[PartSpec], metas: list[dict], settings: PartSettings,
-                           clean_dir: str, work_dir: str, out_dir: str) -> dict:
-    return complete_tokenize(cfg, specs, metas, settings, Path(clean_dir), Path(work_dir), Path(out_dir))
+                           clean_dir: str, work_dir: str, out_dir: str, counted: list[dict] | None) -> dict:
+    return complete_tokenize(cfg, specs, metas, settings, Path(clean_dir), Path(work_dir), Path(out_dir), counted)
 
 
 @task(name="health-checks")
@@ -143,13 +154,22 @@ def tokenize_flow(config: PipelineConfig | str = DEFAULT_CONFIG, mlflow_parent_r
         specs, settings, work_dir = plan_parts_task(cfg.tokenize, clean_dir, str(run.dir("tokenizer")), out)
         metas = map_on(cfg.tokenize.executor, tokenize_part_task,
                        [{"spec": spec, "settings": settings, "work_dir": work_dir} for spec in specs])
-        manifest = tokenize_complete_task(cfg.tokenize, specs, metas, settings, clean_dir, work_dir, out)
+        rejects = plan_reject_counts(cfg.tokenize, Path(clean_dir), settings)
+        counted = map_on(cfg.tokenize.executor, count_rejected_task,
+                         [{"spec": spec, "settings": settings, "work_dir": work_dir} for spec in rejects])
+        manifest = tokenize_complete_task(cfg.tokenize, specs, metas, settings, clean_dir, work_dir, out,
+                                          counted if cfg.tokenize.count_rejected_tokens else None)
         tracking.log_metrics(run.mlflow_uri, run.run_id, {"total_tokens": manifest["total_tokens"],
                              "total_docs": manifest["total_docs"], "shards": len(manifest["shards"]),
                              "tokens_by_channel": manifest["tokens_by_channel"],
                              "tokens_by_source": manifest["tokens_by_source"],
                              "parts_reused": sum(bool(m.get("skipped")) for m in metas)})
         tracking.log_artifact(run.mlflow_uri, run.run_id, run.dir("tokens") / "manifest.json", "tokens")
+        if cfg.tokenize.count_rejected_tokens:
+            tracking.log_metrics(run.mlflow_uri, run.run_id, {"rejected_tokens_by_rule": manifest["rejected_tokens_by_rule"]})
+            tracking.log_artifact(run.mlflow_uri, run.run_id, run.dir("tokens") / RULE_TOKENS, "tokens")
+            table_artifact(cfg, "rule-tokens", rule_token_table(Path(clean_dir), run.dir("tokens")),
+                           "Cleaning per rule, with the tokens each rule removed (trained tokenizer, EOS included)")
         table_artifact(cfg, "tokenize", manifest["shards"],
                        f"{manifest['total_tokens']} tokens in {len(manifest['shards'])} shards from {len(specs)} parts "
                        f"({sum(bool(m.get('skipped')) for m in metas)} reused), dataset version {manifest['version']}")

@@ -235,6 +235,8 @@ class TokenizerConfig(Strict):
 class TokenizeConfig(Strict):
     shard_max_tokens: int = Field(50_000_000, gt=0, description="start a new shard past this many tokens")
     batch_docs: int = Field(1000, gt=0, description="documents per encode_batch call")
+    count_rejected_tokens: bool = Field(True, description="also encode the rejected documents, so the per-rule "
+                                        "table counts tokens (costs a pass over the rejects)")
     executor: ExecutorConfig = ExecutorConfig()
 
 

@@ -1,4 +1,4 @@
 """Tokenize stage: cleaned Parquet -> memory-mappable Arrow IPC token shards + manifest."""
-from tasks.tokenize.stage import complete, prepare, run_tokenize
+from tasks.tokenize.stage import complete, plan_reject_counts, prepare, run_tokenize
 
-__all__ = ["complete", "prepare", "run_tokenize"]
+__all__ = ["complete", "plan_reject_counts", "prepare", "run_tokenize"]

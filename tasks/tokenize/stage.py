@@ -3,6 +3,7 @@
 Output (complete or absent, see tasks.common.outputs):
     <part>.<channel>.s<source>.<k>.arrow   token shards (format in model/data.py)
     manifest.json                           the dataset's version, shard list and counts
+    rule_tokens.parquet                     tokens kept per channel and rejected per cleaning rule
 Parts are written to `<out>.parts/` first, so an interrupted stage resumes
 without redoing finished parts.
 """
@@ -20,6 +21,7 @@ from pretrain.config import TokenizeConfig
 from tasks.common.outputs import read_json, require_complete, staged_output, write_json
 from tasks.common.pool import map_local
 from tasks.tokenize.parts import PartSettings, PartSpec, tokenize_part, tokenizer_at
+from tasks.tokenize.rejects import RULE_TOKENS, RejectSpec, count_rejected, plan_rejects, write_rule_tokens
 from tasks.tokenizer import file_sha256, load_tokenizer
 
 PartRunner = Callable[[TokenizeConfig, list[PartSpec], PartSettings, Path], list[dict]]
@@ -54,11 +56,23 @@ def prepare(cfg: TokenizeConfig, clean_dir: Path, tokenizer_dir: Path, out_dir: 
     return specs, settings, work_dir
 
 
+def plan_reject_counts(cfg: TokenizeConfig, clean_dir: Path, settings: PartSettings) -> list[RejectSpec]:
+    if not cfg.count_rejected_tokens:
+        return []
+    return plan_rejects(clean_dir, file_sha256(Path(settings.tokenizer_json)), file_sha256)
+
+
 def run_parts_locally(cfg: TokenizeConfig, specs: list[PartSpec], settings: PartSettings, work_dir: Path) -> list[dict]:
     # spawn, not fork: a forked child of a process that used the tokenizer's thread
     # pool runs single-threaded (tokenizers disables it after fork)
     return map_local(tokenize_part, [(spec, settings, work_dir) for spec in specs], cfg.executor.workers,
                      "tokenize", "parts", spawn=True, initializer=_one_thread_each)
+
+
+def count_rejects_locally(cfg: TokenizeConfig, specs: list[RejectSpec], settings: PartSettings,
+                          work_dir: Path) -> list[dict]:
+    return map_local(count_rejected, [(spec, settings, work_dir) for spec in specs], cfg.executor.workers,
+                     "count rejected tokens", "files", spawn=True, initializer=_one_thread_each)
 
 
 def _one_thread_each() -> None:
@@ -67,8 +81,8 @@ def _one_thread_each() -> None:
 
 
 def complete(cfg: TokenizeConfig, specs: list[PartSpec], metas: list[dict], settings: PartSettings,
-             clean_dir: Path, work_dir: Path, out_dir: Path) -> dict:
-    """Move every part's shards into the output with the manifest, then drop the scratch parts."""
+             clean_dir: Path, work_dir: Path, out_dir: Path, counted: list[dict] | None = None) -> dict:
+    """Move every part's shards into the output with the manifest and rule token counts, then drop the scratch."""
     with staged_output(out_dir) as tmp:
         shards = []
         for spec, meta in zip(specs, metas):
@@ -76,6 +90,8 @@ def complete(cfg: TokenizeConfig, specs: list[PartSpec], metas: list[dict], sett
                 os.replace(work_dir / spec.part_id / shard["file"], tmp / shard["file"])
                 shards.append({**shard, "input": Path(spec.input).name})
         manifest = build_manifest(cfg, shards, settings, clean_dir, specs)
+        if counted is not None:
+            manifest["rejected_tokens_by_rule"] = write_rule_tokens(tmp / RULE_TOKENS, manifest, counted)
         write_json(tmp / MANIFEST, manifest)
     shutil.rmtree(work_dir, ignore_errors=True)
     return manifest
@@ -119,4 +135,6 @@ def run_tokenize(cfg: TokenizeConfig, clean_dir: Path, tokenizer_dir: Path, out_
                  run_parts: PartRunner = run_parts_locally) -> dict:
     specs, settings, work_dir = prepare(cfg, Path(clean_dir), Path(tokenizer_dir), Path(out_dir))
     metas = run_parts(cfg, specs, settings, work_dir)
-    return complete(cfg, specs, metas, settings, Path(clean_dir), work_dir, Path(out_dir))
+    rejects = plan_reject_counts(cfg, Path(clean_dir), settings)
+    counted = count_rejects_locally(cfg, rejects, settings, work_dir) if cfg.count_rejected_tokens else None
+    return complete(cfg, specs, metas, settings, Path(clean_dir), work_dir, Path(out_dir), counted)

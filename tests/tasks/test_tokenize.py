@@ -8,7 +8,7 @@ import pytest
 from model.data import CHANNELS, open_shard, read_manifest
 from tasks.tokenize import run_tokenize
 from tasks.tokenize.parts import tokenize_part
-from tasks.tokenize.stage import complete, prepare, run_parts_locally
+from tasks.tokenize.stage import complete, count_rejects_locally, plan_reject_counts, prepare, run_parts_locally
 from tasks.tokenizer import load_tokenizer
 
 
@@ -82,7 +82,9 @@ def test_interrupted_stage_resumes_without_redoing_finished_parts(prepared_run, 
     (work_dir / f"{specs[1].part_id}.tmp-999").mkdir()  # a part the crash left half-written
     metas = run_parts_locally(cfg.tokenize, specs, settings, work_dir)
     assert [m["skipped"] for m in metas] == [True] + [False] * (len(specs) - 1)
-    manifest = complete(cfg.tokenize, specs, metas, settings, root / "clean", work_dir, out)
+    counted = count_rejects_locally(cfg.tokenize, plan_reject_counts(cfg.tokenize, root / "clean", settings), settings,
+                                    work_dir)
+    manifest = complete(cfg.tokenize, specs, metas, settings, root / "clean", work_dir, out, counted)
     assert not work_dir.exists() and not list(tmp_path.glob("tokens.*"))
     assert digests(out) == digests(root / "tokens") and manifest == read_manifest(root / "tokens")
 
@@ -113,3 +115,23 @@ def test_shards_are_cut_at_document_boundaries_within_the_token_limit(prepared_r
         assert entry["tokens"] <= limit or entry["docs"] == 1  # only a single over-long document exceeds it
         assert shard.tokens[-1] == manifest["eos_id"]
     assert manifest["total_tokens"] == read_manifest(root / "tokens")["total_tokens"]
+
+
+def test_rule_tokens_count_kept_and_rejected_documents(prepared_run):
+    from tasks.tokenize.rejects import RULE_TOKENS, rule_table
+
+    _, root = prepared_run
+    manifest = read_manifest(root / "tokens")
+    rows = pq.read_table(root / "tokens" / RULE_TOKENS).to_pylist()
+    kept = {r["channel"]: r["tokens"] for r in rows if r["outcome"] == "kept"}
+    assert kept == manifest["tokens_by_channel"]
+    tok = load_tokenizer(root / "tokenizer")
+    rejects = pq.read_table(root / "clean" / "rejects").to_pylist()
+    expected: dict = {}
+    for r in rejects:
+        expected[r["rule"]] = expected.get(r["rule"], 0) + len(tok.encode(r["text"], add_special_tokens=False).ids) + 1
+    assert expected and manifest["rejected_tokens_by_rule"] == expected
+    table = rule_table(root / "clean", root / "tokens")
+    rejected = [r for r in table if r["outcome"] == "rejected"]
+    assert sum(r["documents"] for r in rejected) == len(rejects)
+    assert all(r["tokens"] and r["characters"] for r in rejected)

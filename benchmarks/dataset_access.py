@@ -1,0 +1,103 @@
+"""Random access and resume cost of the training dataset and sampler.
+
+    python benchmarks/dataset_access.py [--shared ../shared] [--seq-len 2048]
+
+Builds token shards from ../shared/corpora (clean -> 32k tokenizer -> tokenize),
+then measures, for one pool and for a channel mixture:
+  dataset[i]   latency of random i (median, p99), as the training loop calls it
+  resume       time to rebuild the sampler at consumed_samples = 0, 10^6, 10^9 and
+               produce the next global batch of samples (it must not grow with the position)
+A per-epoch index that is rebuilt or replayed on resume would grow with the position;
+the baseline row replays the sampler up to the position (what an iterator-based loader
+does), measured at the positions where it finishes in reasonable time.
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+
+from benchmarks._corpus import clean_corpus, train_small_tokenizer  # noqa: E402
+from model.data import GlobalSampler, SamplerState, TokenDataset, sampler_for  # noqa: E402
+from pretrain.config import TokenizeConfig  # noqa: E402
+from tasks.tokenize import run_tokenize  # noqa: E402
+
+GLOBAL_BATCH = 256
+
+
+def getitem_latency(dataset: TokenDataset, n: int = 20000) -> tuple[float, float]:
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, len(dataset), n)
+    for i in ids[:1000]:
+        dataset[int(i)]  # open every shard once: first-touch cost is not per-item cost
+    times = np.empty(n)
+    for k, i in enumerate(ids):
+        t = time.perf_counter_ns()
+        dataset[int(i)]
+        times[k] = time.perf_counter_ns() - t
+    return float(np.median(times)) / 1000, float(np.percentile(times, 99)) / 1000
+
+
+def resume_seconds(dataset: TokenDataset, weights: dict | None, position: int, repeats: int = 5) -> float:
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        sampler = sampler_for(dataset, seed=1, state=SamplerState(position), weights=weights)
+        batch = sampler.next_global_batch(GLOBAL_BATCH)
+        for i in batch:
+            dataset[i]
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def replay_seconds(n: int, position: int) -> float:
+    """The iterator way: draw every sample up to the position again."""
+    t = time.perf_counter()
+    sampler = GlobalSampler(n, 1)
+    for _ in range(position // GLOBAL_BATCH):
+        sampler.next_global_batch(GLOBAL_BATCH)
+    return time.perf_counter() - t
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shared", type=Path, default=ROOT.parent / "shared")
+    parser.add_argument("--seq-len", type=int, default=2048)
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="dataset-bench-"))
+    try:
+        clean_corpus(args.shared / "corpora", tmp / "clean", code_glob="/*.py")
+        train_small_tokenizer(tmp / "clean", tmp / "tokenizer")
+        # small shards, so samples cross shard boundaries as they do in a large corpus
+        manifest = run_tokenize(TokenizeConfig(shard_max_tokens=200_000), tmp / "clean", tmp / "tokenizer", tmp / "tokens")
+        print(f"\n{manifest['total_tokens']:,} tokens in {len(manifest['shards'])} shards; seq_len {args.seq_len}; "
+              f"global batch {GLOBAL_BATCH}\n")
+        setups = {"one pool": (TokenDataset(tmp / "tokens", args.seq_len), None),
+                  "mixture by channel": (TokenDataset(tmp / "tokens", args.seq_len, pool_by="channel"),
+                                         {"zh": 0.4, "en": 0.3, "code": 0.3})}
+        print(f"{'dataset':<20}{'samples':>9}{'getitem median us':>19}{'p99 us':>9}"
+              + "".join(f"{'resume @' + f'{p:.0e}':>14}" for p in (0, 1e6, 1e9)))
+        for name, (dataset, weights) in setups.items():
+            median, p99 = getitem_latency(dataset)
+            resumes = [resume_seconds(dataset, weights, int(p)) for p in (0, 10**6, 10**9)]
+            print(f"{name:<20}{len(dataset):>9,}{median:>19.1f}{p99:>9.1f}"
+                  + "".join(f"{s * 1000:>12.2f}ms" for s in resumes))
+        n = len(setups["one pool"][0])
+        print("\nbaseline, replaying the sampler to the position: "
+              + ", ".join(f"@{p:.0e}: {replay_seconds(n, int(p)):.2f} s" for p in (10**4, 10**5, 10**6))
+              + " (grows linearly; @1e9 would take ~1000x the @1e6 time)")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

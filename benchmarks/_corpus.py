@@ -1,6 +1,7 @@
 """The real corpus the benchmarks share: ../shared/corpora (zh, en) plus Python source for the code channel."""
 from __future__ import annotations
 
+import argparse
 import sysconfig
 from pathlib import Path
 
@@ -28,3 +29,10 @@ def clean_corpus(corpora: Path, out: Path, code_glob: str = "/**/*.py") -> dict:
 def train_small_tokenizer(clean_dir: Path, out: Path, vocab: int = 32000) -> dict:
     cfg = TokenizerConfig(vocab_size=vocab, reserved_tokens=1000, max_training_chars=20_000_000)
     return run_tokenizer(cfg, clean_dir, out)
+
+
+def benchmark_parser(doc: str) -> argparse.ArgumentParser:
+    """The script's docstring as --help, and --shared (the folder holding corpora/ and fixtures/)."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shared", type=Path, default=Path(__file__).resolve().parents[2] / "shared")
+    return parser

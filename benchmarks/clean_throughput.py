@@ -14,7 +14,6 @@ corpus size (10x = the files copied ten times): streaming by shard keeps it flat
 """
 from __future__ import annotations
 
-import argparse
 import csv
 import gzip
 import json
@@ -33,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 from pretrain.config import CleanConfig, SourceConfig  # noqa: E402
 from tasks.clean.readers import RawDoc  # noqa: E402
 from tasks.clean.stage_parts import Cleaner  # noqa: E402
+from benchmarks._corpus import benchmark_parser  # noqa: E402
 from benchmarks._memory import run_measured  # noqa: E402
 
 
@@ -108,8 +108,7 @@ def size_mb(sources: list[dict]) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--shared", type=Path, default=ROOT.parent / "shared")
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--datatrove-python", help="python of a venv with datatrove and spacy")
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()

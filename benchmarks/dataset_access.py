@@ -13,7 +13,6 @@ does), measured at the positions where it finishes in reasonable time.
 """
 from __future__ import annotations
 
-import argparse
 import shutil
 import statistics
 import sys
@@ -26,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
-from benchmarks._corpus import clean_corpus, train_small_tokenizer  # noqa: E402
+from benchmarks._corpus import benchmark_parser, clean_corpus, train_small_tokenizer  # noqa: E402
 from model.data import GlobalSampler, SamplerState, TokenDataset, sampler_for  # noqa: E402
 from pretrain.config import TokenizeConfig  # noqa: E402
 from tasks.tokenize import run_tokenize  # noqa: E402
@@ -69,8 +68,7 @@ def replay_seconds(n: int, position: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--shared", type=Path, default=ROOT.parent / "shared")
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--seq-len", type=int, default=2048)
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="dataset-bench-"))

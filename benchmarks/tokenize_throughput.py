@@ -17,7 +17,6 @@ and its workers together) on the corpus and on the copies.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import statistics
@@ -32,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 import pyarrow.dataset as ds  # noqa: E402
 from tokenizers import Tokenizer  # noqa: E402
 
-from benchmarks._corpus import clean_corpus, train_small_tokenizer  # noqa: E402
+from benchmarks._corpus import benchmark_parser, clean_corpus, train_small_tokenizer  # noqa: E402
 from benchmarks._memory import run_measured  # noqa: E402
 
 STAGE = """
@@ -115,8 +114,7 @@ def copies(clean: Path, dest: Path, n: int) -> Path:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--shared", type=Path, default=ROOT.parent / "shared")
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--datatrove-python", default=None, help="a Python with datatrove and tokenizers installed")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--scale", type=int, default=10, help="copies of the corpus for the throughput table")

@@ -11,7 +11,6 @@ compression per channel with cl100k_base / o200k_base columns, diagnostics, prun
 """
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import sys
@@ -21,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._corpus import clean_corpus  # noqa: E402
+from benchmarks._corpus import benchmark_parser, clean_corpus  # noqa: E402
 from benchmarks._memory import run_measured  # noqa: E402
 from tasks.common.outputs import read_json  # noqa: E402
 from tasks.tokenizer import kept_chars_by_channel  # noqa: E402
@@ -48,8 +47,7 @@ print(json.dumps({{"seconds": time.perf_counter() - t,
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--shared", type=Path, default=ROOT.parent / "shared")
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--vocab", type=int, default=32000)
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="tok-bench-"))

@@ -20,6 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import pyarrow as pa  # noqa: E402
+
 from benchmarks._corpus import benchmark_parser, clean_corpus  # noqa: E402
 from benchmarks._memory import run_measured  # noqa: E402
 from tasks.common.outputs import read_json  # noqa: E402
@@ -40,10 +42,27 @@ t = time.perf_counter()
 report = run_tokenizer(cfg, Path({str(clean_dir)!r}), Path({str(out)!r}))
 print(json.dumps({{"seconds": time.perf_counter() - t,
                    "training_chars": sum(report["training_chars_by_channel"].values()),
-                   "zh_chars_per_token": report["held_out"].get("zh", {{}}).get("chars_per_token")}}))
+                   "zh_chars_per_token": report["held_out"].get("zh", {{}}).get("chars_per_token"),
+                   "longest_token_chars": max(len(t) for t in report["longest_tokens"])}}))
 """
     result, peak_mb = run_measured([sys.executable, "-c", code])
     return {**result, "max_rss_mb": peak_mb}
+
+
+def unpunctuated_zh(clean_dir: Path, dest: Path) -> Path:
+    """The kept Chinese with every non-CJK character removed: text as some scraped pages and OCR give it."""
+    import re
+
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    shutil.copytree(clean_dir, dest)
+    for path in sorted((dest / "kept").glob("*.parquet")):
+        table = pq.read_table(path)
+        table = table.filter(pc.equal(table.column("channel"), "zh"))
+        texts = [re.sub(r"[^\u4e00-\u9fff]", "", t) for t in table.column("text").to_pylist()]
+        pq.write_table(table.set_column(table.schema.get_field_index("text"), "text", pa.array(texts)), path)
+    return dest
 
 
 def main() -> None:
@@ -64,6 +83,12 @@ def main() -> None:
             r = train_in_subprocess(tmp / "clean", out, args.vocab, int(total * share), max_cjk_run)
             print(f"{share:<8}{max_cjk_run or 'no cut':>12}{int(total * share):>20,}{r['training_chars']:>18,}"
                   f"{r['seconds']:>10.1f}{r['max_rss_mb']:>12.0f}{r['zh_chars_per_token']:>16}")
+        print("\nTable 2: the same, on the kept Chinese with punctuation, digits, Latin and whitespace removed")
+        print(f"{'max_cjk_run':>12}{'seconds':>10}{'peak RSS MB':>12}{'longest token (chars)':>23}")
+        bare = unpunctuated_zh(tmp / "clean", tmp / "clean-unpunctuated")
+        for max_cjk_run in (32, 0):
+            r = train_in_subprocess(bare, tmp / f"tok-bare-{max_cjk_run}", args.vocab, total, max_cjk_run)
+            print(f"{max_cjk_run or 'no cut':>12}{r['seconds']:>10.1f}{r['max_rss_mb']:>12.0f}{r['longest_token_chars']:>23}")
         report = read_json(tmp / "tok-1.0-32" / "report.json")
         print("\nReport of the full-size tokenizer:\n")
         print(report_markdown(report))

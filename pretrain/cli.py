@@ -39,7 +39,25 @@ def build_parser() -> argparse.ArgumentParser:
     extend.add_argument("--tokenizer", required=True, help="directory holding tokenizer.json")
     extend.add_argument("--terms", required=True, help="file with one term per line")
     extend.add_argument("--out", required=True, help="directory for the extended tokenizer")
+    hf = sub.add_parser("export-hf", help="export a training checkpoint to the Hugging Face Llama format")
+    hf.add_argument("--config", required=True)
+    hf.add_argument("--tag", default=None, help="checkpoint tag, e.g. step_00001000; default: the newest complete one")
+    hf.add_argument("--out", default=None, help="output directory; default: <run_root>/train/hf/<tag>")
+    hf.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16")
     return parser
+
+
+def export_command(cfg, args) -> int:
+    from tasks.export import export_run_checkpoint
+
+    root = cfg.run_root_path()
+    try:
+        result = export_run_checkpoint(root / "train", root / "tokenizer", args.out, args.tag, args.dtype)
+    except (OSError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(json.dumps(result, indent=2))
+    return 0
 
 
 def extend_command(args) -> int:
@@ -68,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "check-config":
         print(json.dumps(cfg.model_dump(), indent=2))
         return 0
+    if args.command == "export-hf":
+        return export_command(cfg, args)
     try:
         result = _flow_for(args.command)(cfg)
     except Exception as err:  # the flow already logged the traceback

@@ -251,6 +251,8 @@ class PreflightConfig(Strict):
 
 
 class ModelConfig(Strict):
+    preset: Literal["debug", "125m", "500m", "1.5b"] | None = Field(
+        None, description="fill the architecture from a preset (pretrain/presets.py); fields given here override it")
     dim: int = Field(gt=0)
     n_layers: int = Field(gt=0)
     n_heads: int = Field(gt=0)
@@ -260,6 +262,17 @@ class ModelConfig(Strict):
     rope_theta: float = 10000.0
     norm_eps: float = 1e-5
     tie_embeddings: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_preset(cls, data):
+        if isinstance(data, dict) and data.get("preset") is not None:
+            from pretrain.presets import PRESETS
+
+            if data["preset"] not in PRESETS:
+                raise ValueError(f"model.preset={data['preset']!r} is not one of {sorted(PRESETS)}")
+            data = {**PRESETS[data["preset"]], **data}
+        return data
 
     @model_validator(mode="after")
     def _heads_divide(self) -> "ModelConfig":

@@ -1,12 +1,17 @@
 """The train stage with real DeepSpeed ranks (2 CPU processes, gloo, ZeRO-1)."""
+import json
 import shutil
 
 import pytest
+import torch
 
 from model.data import read_manifest
+from model.export_hf import load_checkpoint_state
+from model.llama import ModelArgs, Transformer
 from model.checkpoint import complete_tags, read_meta
 from model.protocol import read_jsonl
 from pretrain.config import MixtureConfig
+from tasks.export import export_run_checkpoint
 from tasks.train import TrainingFailed, deepspeed_config, launcher_command, run_train
 
 pytestmark = pytest.mark.slow
@@ -43,6 +48,18 @@ def test_trains_checkpoints_and_resumes(prepared_run, tmp_path):
     starts = [e for e in read_jsonl(out / "events.jsonl") if e["event"] == "start"]
     assert [e["step"] for e in starts] == [0, 6]
     assert read_meta(ckpt_dir, "step_00000008")["data_position"]["consumed_samples"] == 8 * global_batch
+
+    # the final ZeRO-1 checkpoint exports to the HF format and gives the trained model's logits
+    transformers = pytest.importorskip("transformers")
+    exported = export_run_checkpoint(out, root / "tokenizer", tmp_path / "hf", dtype="fp32")
+    assert exported["tag"] == "step_00000008"
+    args = ModelArgs(**json.loads((out / "spec.json").read_text())["model"])
+    ours = Transformer(args).eval()
+    ours.load_state_dict(load_checkpoint_state(ckpt_dir, "step_00000008"))
+    hf = transformers.LlamaForCausalLM.from_pretrained(tmp_path / "hf", torch_dtype=torch.float32).eval()
+    tokens = torch.randint(0, 200, (1, 32))
+    with torch.no_grad():
+        torch.testing.assert_close(hf(tokens).logits, ours(tokens), rtol=1e-4, atol=1e-5)
 
 
 def test_crash_is_reported_with_log_and_checkpoint(prepared_run, tmp_path):

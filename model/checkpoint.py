@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 COMPLETE = "COMPLETE"
@@ -59,3 +60,48 @@ def latest_complete(ckpt_dir: Path) -> str | None:
             return tag
     tags = complete_tags(ckpt_dir)
     return tags[-1] if tags else None
+
+
+def retention_victims(steps_by_tag: dict[str, int], keep_last: int, keep_every: int) -> list[str]:
+    """Complete tags to delete: all but the newest keep_last, except steps that are multiples of keep_every."""
+    ordered = sorted(steps_by_tag, key=steps_by_tag.get)
+    old = ordered[:-keep_last] if keep_last else ordered
+    return [t for t in old if not (keep_every and steps_by_tag[t] % keep_every == 0)]
+
+
+def apply_retention(ckpt_dir: Path, keep_last: int, keep_every: int) -> list[str]:
+    """Delete the victims (never `latest`); incomplete tags older than the newest complete one go too."""
+    import shutil
+
+    ckpt_dir = Path(ckpt_dir)
+    tags = complete_tags(ckpt_dir)
+    latest = latest_complete(ckpt_dir)
+    victims = [t for t in retention_victims({t: read_meta(ckpt_dir, t)["step"] for t in tags}, keep_last, keep_every)
+               if t != latest]
+    newest = read_meta(ckpt_dir, latest)["step"] if latest else -1
+    for path in ckpt_dir.iterdir():
+        step = _tag_step(path.name)
+        if path.is_dir() and step is not None and step < newest and not is_complete(ckpt_dir, path.name):
+            victims.append(path.name)  # a save that died half-way, superseded by a complete one
+    for tag in victims:
+        shutil.rmtree(ckpt_dir / tag, ignore_errors=True)
+    return victims
+
+
+def _tag_step(tag: str) -> int | None:
+    """The step of a tag this program writes (step_00001000); None for anything else in the folder."""
+    match = re.fullmatch(r"step_(\d+)", tag)
+    return int(match.group(1)) if match else None
+
+
+def checkpoint_bytes(ckpt_dir: Path, tag: str) -> int:
+    return sum(p.stat().st_size for p in (Path(ckpt_dir) / tag).rglob("*") if p.is_file())
+
+
+def room_for_checkpoint(ckpt_dir: Path, estimate_bytes: int, margin: float = 1.2) -> tuple[bool, int]:
+    """Whether the filesystem of ckpt_dir has estimate * margin bytes free; and how many it has."""
+    import shutil
+
+    Path(ckpt_dir).mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(ckpt_dir).free
+    return free >= estimate_bytes * margin, free

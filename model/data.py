@@ -117,11 +117,16 @@ class TokenDataset:
     checked against the manifest then.
     """
 
-    def __init__(self, tokens_dir: str | Path, seq_len: int, pool_by: PoolBy = "all"):
+    def __init__(self, tokens_dir: str | Path, seq_len: int, pool_by: PoolBy = "all", eval_samples_per_channel: int = 0):
         self.dir, self.seq_len, self.pool_by = Path(tokens_dir), seq_len, pool_by
         self.manifest = read_manifest(self.dir)
         self.entries = self.manifest["shards"]
         self._open: dict[int, Shard] = {}
+        self.reserved: dict[int, int] = {}  # shard index -> tokens held out at its end
+        self.eval_spans: dict[str, list[tuple[int, int, int]]] = {}
+        self.eval_counts: dict[str, int] = {}
+        if eval_samples_per_channel:
+            self._hold_out(eval_samples_per_channel)
         self.pools = self._build_pools()
         self.num_samples = sum(p.num_samples for p in self.pools)
         if self.num_samples == 0:
@@ -129,13 +134,37 @@ class TokenDataset:
                              f"seq_len+1={seq_len + 1} in any pool; add data or lower train.seq_len")
         self.pool_first_ids = np.array([p.first_id for p in self.pools] + [self.num_samples], dtype=np.int64)
 
+    def _hold_out(self, per_channel: int) -> None:
+        """Reserve the last samples of each channel's data (at most 10% of it) for eval; training never sees them."""
+        for channel in sorted({e["channel"] for e in self.entries}):
+            members = [i for i, e in enumerate(self.entries) if e["channel"] == channel]
+            total = sum(self.entries[i]["tokens"] for i in members)
+            count = min(per_channel, max(0, int(0.1 * total) - 1) // self.seq_len)
+            if count == 0:
+                continue
+            need, spans = count * self.seq_len + 1, []
+            for i in reversed(members):
+                size = self.entries[i]["tokens"]
+                take = min(need, size)
+                self.reserved[i] = take
+                spans.insert(0, (i, size - take, size))
+                need -= take
+                if need == 0:
+                    break
+            self.eval_spans[channel], self.eval_counts[channel] = spans, count
+
+    def eval_tokens(self, channel: str) -> np.ndarray:
+        """The held-out token stream of a channel: eval sample j is [j*L, j*L + L + 1)."""
+        return np.concatenate([self.shard(s).tokens[a:b] for s, a, b in self.eval_spans[channel]]).astype(np.int64)
+
     def _build_pools(self) -> list[Pool]:
         members: dict[str, list[int]] = {}
         for index, entry in enumerate(self.entries):
-            members.setdefault(pool_key(entry, self.manifest, self.pool_by), []).append(index)
+            if self.entries[index]["tokens"] > self.reserved.get(index, 0):
+                members.setdefault(pool_key(entry, self.manifest, self.pool_by), []).append(index)
         pools, first = [], 0
         for name in sorted(members):
-            sizes = np.array([self.entries[i]["tokens"] for i in members[name]], dtype=np.int64)
+            sizes = np.array([self.entries[i]["tokens"] - self.reserved.get(i, 0) for i in members[name]], dtype=np.int64)
             starts = np.concatenate([[0], np.cumsum(sizes)])
             n = max(0, int(starts[-1] - 1) // self.seq_len)
             pools.append(Pool(name, members[name], starts, n, first))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import signal
 import sys
 import time
@@ -25,8 +26,11 @@ import torch.nn.functional as F
 
 from model import checkpoint as ckpt
 from model.data import CHANNELS, DataError, GlobalSampler, SamplerState, TokenDataset, rank_slice, sampler_for
-from model.staging import StagingError, stage_tokens, staged_path
+from model.evaluate import local_eval_sums, reduce_eval
+from model.guard import Guard, fault_point
 from model.llama import ModelArgs, Transformer, count_parameters, flops_per_token
+from model.perf import device_name, memory_gb, mfu, peak_tflops
+from model.staging import StagingError, stage_tokens, staged_path
 from model.protocol import EVENTS_FILE, EXIT_CONFIG, EXIT_DONE, EXIT_STOPPED, METRICS_FILE
 from model.schedule import cosine_lr, wsd_lr
 from model.tracking import NullTracker, Rank0Tracker
@@ -100,8 +104,10 @@ def mixture_plan(dataset: TokenDataset, sampler: GlobalSampler, planned_samples:
 
 
 def lr_at(step: int, t: dict) -> float:
-    fn = wsd_lr if t.get("schedule", "cosine") == "wsd" else cosine_lr
-    return fn(step, lr=t["lr"], min_lr=t["min_lr"], warmup=t["warmup_steps"], total=t["steps"])
+    if t.get("schedule", "cosine") == "wsd":
+        return wsd_lr(step, lr=t["lr"], min_lr=t["min_lr"], warmup=t["warmup_steps"], total=t["steps"],
+                      decay_frac=t.get("decay_frac", 0.2))
+    return cosine_lr(step, lr=t["lr"], min_lr=t["min_lr"], warmup=t["warmup_steps"], total=t["steps"])
 
 
 def batch_tensors(dataset: TokenDataset, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -126,41 +132,167 @@ def step_loss(engine, tokens: torch.Tensor, channels: torch.Tensor, sums: torch.
     return per_token.mean()
 
 
+def rng_state() -> dict:
+    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+
+
 def save(engine, spec: Spec, step: int, sampler: GlobalSampler, tracker, rank: int, world: int) -> str:
     ckpt_dir = spec.out_dir / "checkpoints"
     tag = f"step_{step:08d}"
     meta = {"step": step, "data_position": sampler.state.to_dict(), "manifest_version": spec.manifest_version,
-            "model": asdict(spec.model), "world_size": world, "rng": {"torch": int(torch.initial_seed())}}
+            "model": asdict(spec.model), "world_size": world, "seed": spec.train["seed"]}
     engine.save_checkpoint(str(ckpt_dir), tag=tag, client_state=meta, save_latest=False)
+    torch.save(rng_state(), ckpt_dir / tag / f"rng_rank{rank}.pt")
+    fault_point("kill_during_save", rank)
     ckpt.mark_rank_done(ckpt_dir, tag, rank)
     dist.barrier()
     if rank == 0:
         ckpt.mark_complete(ckpt_dir, tag, world, meta)
         tracker.event({"event": "checkpoint", "step": step, "tag": tag, "path": str(ckpt_dir / tag)})
+        removed = ckpt.apply_retention(ckpt_dir, spec.train.get("keep_last", 3), spec.train.get("keep_every", 0))
+        if removed:
+            tracker.event({"event": "checkpoints_removed", "step": step, "tags": removed})
     dist.barrier()
     return tag
 
 
-def resume(engine, spec: Spec, rank: int) -> tuple[int, SamplerState]:
+def room_to_save(spec: Spec, model: torch.nn.Module, tracker, rank: int, step: int) -> bool:
+    """Rank 0 checks free space against the last checkpoint's size (or an estimate); all ranks get its answer."""
+    ok = torch.ones(1)
+    if rank == 0:
+        ckpt_dir = spec.out_dir / "checkpoints"
+        last = ckpt.latest_complete(ckpt_dir)
+        # fp32 weights + Adam's two moments + bf16/fp32 copy: ~16 bytes a parameter before the first save
+        need = ckpt.checkpoint_bytes(ckpt_dir, last) if last else 16 * count_parameters(model)
+        fits, free = ckpt.room_for_checkpoint(ckpt_dir, need)
+        if not fits:
+            ok.zero_()
+            print(f"warning: skipping the checkpoint at step {step}: {free / 1e9:.2f} GB free under {ckpt_dir}, "
+                  f"a checkpoint needs about {need / 1e9:.2f} GB; free disk space or lower train.keep_last",
+                  file=sys.stderr, flush=True)
+            tracker.event({"event": "checkpoint_skipped", "step": step, "reason": "low_disk", "free_bytes": free,
+                           "needed_bytes": need})
+    dist.all_reduce(ok, op=dist.ReduceOp.MIN)
+    return bool(ok.item())
+
+
+def resume(engine, spec: Spec, rank: int, world: int) -> tuple[int, SamplerState]:
     ckpt_dir = spec.out_dir / "checkpoints"
-    tag = ckpt.latest_complete(ckpt_dir)
+    named = spec.train.get("resume_tag")
+    tag = named or ckpt.latest_complete(ckpt_dir)
     if tag is None:
         return 0, SamplerState()
+    if not ckpt.is_complete(ckpt_dir, tag):
+        raise ResumeMismatch(f"train.resume_tag={tag!r} is not a complete checkpoint under {ckpt_dir}; "
+                             f"complete ones: {ckpt.complete_tags(ckpt_dir)}")
     meta = ckpt.read_meta(ckpt_dir, tag)
     if meta["manifest_version"] != spec.manifest_version:
         raise ResumeMismatch(f"checkpoint {ckpt_dir / tag} was trained on dataset version {meta['manifest_version']}, "
                              f"the tokens are now version {spec.manifest_version}; use a new run_root, or restore "
                              f"the inputs, tokenizer and tokenize settings it was trained on")
     if meta.get("model", asdict(spec.model)) != asdict(spec.model):
-        changed = sorted(k for k, v in asdict(spec.model).items() if meta["model"].get(k) != v)
-        raise ResumeMismatch(f"checkpoint {ckpt_dir / tag} was trained with a different model ({', '.join(changed)} "
-                             f"changed); use a new run_root or restore the model settings")
+        changed = sorted(f"{k}: {meta['model'].get(k)} -> {v}" for k, v in asdict(spec.model).items()
+                         if meta["model"].get(k) != v)
+        raise ResumeMismatch(f"checkpoint {ckpt_dir / tag} was trained with a different model ({', '.join(changed)}); "
+                             f"use a new run_root or restore the model settings")
     path, _ = engine.load_checkpoint(str(ckpt_dir), tag=tag)
     if path is None:  # DeepSpeed returns (None, None) on a missing tag and would train from scratch
         raise RuntimeError(f"DeepSpeed could not load complete checkpoint {ckpt_dir / tag}")
+    rng_file = ckpt_dir / tag / f"rng_rank{rank}.pt"
+    if meta.get("world_size") == world and rng_file.is_file():
+        set_rng_state(torch.load(rng_file, weights_only=False))
     if rank == 0:
         print(f"resumed from {tag} at step {meta['step']}", flush=True)
     return meta["step"], SamplerState.from_dict(meta["data_position"])
+
+
+@dataclass
+class Loop:
+    """What the step loop needs beyond the engine: data, tracking, containment, throughput constants."""
+    spec: Spec
+    dataset: TokenDataset
+    sampler: GlobalSampler
+    tracker: object
+    guard: Guard
+    rank: int
+    world: int
+    flops_per_token: float
+    peak_tflops: float | None
+
+    @property
+    def t(self) -> dict:
+        return self.spec.train
+
+
+def train_step(engine, loop: Loop, step: int) -> dict:
+    t, micro, accum, world = loop.t, loop.t["micro_batch_size"], loop.t["grad_accum"], loop.world
+    t0 = time.perf_counter()
+    lr = lr_at(step, t)
+    for group in engine.optimizer.param_groups:
+        group["lr"] = lr
+    batch = loop.sampler.next_global_batch(micro * world * accum)
+    sums = torch.zeros(2, len(CHANNELS))
+    loss_total = 0.0
+    for k in range(accum):
+        ids = rank_slice(batch[k * micro * world:(k + 1) * micro * world], loop.rank, world)
+        loss = step_loss(engine, *batch_tensors(loop.dataset, ids), sums)
+        engine.backward(loss)
+        engine.step()
+        loss_total += loss.item() / accum
+    dist.all_reduce(sums)
+    loss_t = torch.tensor([loss_total])
+    dist.all_reduce(loss_t)
+    dt = time.perf_counter() - t0
+    tokens_per_s = len(batch) * t["seq_len"] / dt
+    metrics = {"loss": loss_t.item() / world, "lr": lr, "tokens_per_s": tokens_per_s, "step_time_s": dt,
+               "consumed_samples": loop.sampler.state.consumed_samples,
+               "tflops_per_s": loop.flops_per_token * tokens_per_s / 1e12}
+    norm = engine.get_global_grad_norm()
+    if norm is not None:
+        metrics["grad_norm"] = float(norm)
+    for c, name in enumerate(CHANNELS):
+        if sums[1, c] > 0:
+            metrics[f"loss_{name}"] = (sums[0, c] / sums[1, c]).item()
+    return metrics
+
+
+def report_step(loop: Loop, step: int, metrics: dict) -> None:
+    """Derived figures, the metrics line and the console line; run under the guard."""
+    fault_point("metrics", loop.rank)
+    util = mfu(loop.flops_per_token, metrics["tokens_per_s"], loop.world, loop.peak_tflops)
+    if util is not None:
+        metrics["mfu"] = util
+    metrics.update(memory_gb())
+    loop.tracker.log(step, metrics)
+    if loop.rank == 0:
+        print(f"step {step}/{loop.t['steps']} loss={metrics['loss']:.4f} lr={metrics['lr']:.2e} "
+              f"tok/s={metrics['tokens_per_s']:.0f}" + (f" mfu={util:.1%}" if util is not None else ""), flush=True)
+
+
+def run_eval(engine, loop: Loop, step: int) -> None:
+    def local():
+        fault_point("eval", loop.rank)
+        return local_eval_sums(engine, loop.dataset, loop.t["micro_batch_size"], loop.rank, loop.world)
+
+    result = reduce_eval(loop.guard.run("eval", local))  # every rank reaches the all-reduce
+    if result is None:
+        if loop.rank == 0:
+            loop.tracker.event({"event": "eval_skipped", "step": step})
+        return
+    loop.guard.run("eval metrics", loop.tracker.log, step, result)
+    if loop.rank == 0:
+        print(f"eval step {step}: " + " ".join(f"{k}={v:.2f}" for k, v in result.items()), flush=True)
 
 
 def train(spec: Spec) -> int:
@@ -172,65 +304,42 @@ def train(spec: Spec) -> int:
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(t["seed"] + rank)
     mixture = t.get("mixture")
-    dataset = TokenDataset(tokens_dir_for(spec), t["seq_len"], pool_by=mixture["by"] if mixture else "all")
+    eval_samples = t.get("eval_samples_per_channel", 0) if t.get("eval_every") else 0
+    dataset = TokenDataset(tokens_dir_for(spec), t["seq_len"], pool_by=mixture["by"] if mixture else "all",
+                           eval_samples_per_channel=eval_samples)
     model = Transformer(spec.model, activation_checkpointing=t["activation_checkpointing"])
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=spec.deepspeed)
     tracker = Rank0Tracker(spec.out_dir, METRICS_FILE, EVENTS_FILE) if rank == 0 else NullTracker()
-    start_step, state = resume(engine, spec, rank)
+    start_step, state = resume(engine, spec, rank, world)
     sampler = sampler_for(dataset, t["seed"], state, mixture["weights"] if mixture else None)
+    loop = Loop(spec, dataset, sampler, tracker, Guard(tracker.event), rank, world,
+                flops_per_token(spec.model, t["seq_len"]), peak_tflops(device_name(), t.get("peak_tflops_per_gpu")))
     stop = StopFlag()
-    micro, accum = t["micro_batch_size"], t["grad_accum"]
-    global_batch = micro * world * accum
-    tokens_per_step = global_batch * t["seq_len"]
-    flops_tok = flops_per_token(spec.model, t["seq_len"])
+    global_batch = t["micro_batch_size"] * world * t["grad_accum"]
     if rank == 0:
         print(f"params={count_parameters(model):,} samples={len(dataset):,} world={world} "
-              f"global_batch={global_batch} start_step={start_step}", flush=True)
+              f"global_batch={global_batch} start_step={start_step} device={device_name()} "
+              f"peak_tflops={loop.peak_tflops}", flush=True)
         print(mixture_plan(dataset, sampler, global_batch * t["steps"]), flush=True)
+        if dataset.eval_counts:
+            print(f"eval: held-out samples per channel {dataset.eval_counts}, every {t['eval_every']} steps", flush=True)
         tracker.event({"event": "start", "step": start_step, "world_size": world})
-    step = start_step
     for step in range(start_step, t["steps"]):
-        t0 = time.perf_counter()
-        lr = lr_at(step, t)
-        for group in engine.optimizer.param_groups:
-            group["lr"] = lr
-        batch = sampler.next_global_batch(global_batch)
-        sums = torch.zeros(2, len(CHANNELS))
-        loss_total = 0.0
-        for k in range(accum):
-            ids = rank_slice(batch[k * micro * world:(k + 1) * micro * world], rank, world)
-            loss = step_loss(engine, *batch_tensors(dataset, ids), sums)
-            engine.backward(loss)
-            engine.step()
-            loss_total += loss.item() / accum
-        dist.all_reduce(sums)
-        loss_t = torch.tensor([loss_total])
-        dist.all_reduce(loss_t)
-        dt = time.perf_counter() - t0
+        metrics = train_step(engine, loop, step)
         if (step + 1) % t["log_every"] == 0 or step == start_step:
-            metrics = {"loss": loss_t.item() / world, "lr": lr, "tokens_per_s": tokens_per_step / dt,
-                       "step_time_s": dt, "consumed_samples": sampler.state.consumed_samples,
-                       "tflops_per_s": flops_tok * tokens_per_step / dt / 1e12}
-            norm = engine.get_global_grad_norm()
-            if norm is not None:
-                metrics["grad_norm"] = float(norm)
-            for c, name in enumerate(CHANNELS):
-                if sums[1, c] > 0:
-                    metrics[f"loss_{name}"] = (sums[0, c] / sums[1, c]).item()
-            tracker.log(step + 1, metrics)
-            if rank == 0:
-                print(f"step {step + 1}/{t['steps']} loss={metrics['loss']:.4f} lr={lr:.2e} "
-                      f"tok/s={metrics['tokens_per_s']:.0f}", flush=True)
+            loop.guard.run("metrics", report_step, loop, step + 1, metrics)
+        if t.get("eval_every") and (step + 1) % t["eval_every"] == 0:
+            run_eval(engine, loop, step + 1)
         done = step + 1 == t["steps"]
         if stop.agreed():
             save(engine, spec, step + 1, sampler, tracker, rank, world)
             tracker.event({"event": "stopped", "step": step + 1, "reason": "SIGTERM"})
-            tracker.flush()
+            loop.guard.run("flush", tracker.flush)
             return EXIT_STOPPED
-        if done or (step + 1) % t["save_every"] == 0:
+        if (done or (step + 1) % t["save_every"] == 0) and room_to_save(spec, model, tracker, rank, step + 1):
             save(engine, spec, step + 1, sampler, tracker, rank, world)
-    tracker.event({"event": "done", "step": t["steps"]})
-    tracker.flush()
+    tracker.event({"event": "done", "step": t["steps"], "callback_errors": loop.guard.failures})
+    loop.guard.run("flush", tracker.flush)
     return EXIT_DONE
 
 

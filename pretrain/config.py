@@ -320,6 +320,15 @@ class TrainConfig(Strict):
     log_every: int = Field(1, gt=0)
     seed: int = 1234
     timeout_minutes: float = Field(30.0, gt=0, description="collective timeout of the process group")
+    schedule: Literal["cosine", "wsd"] = Field("cosine", description="cosine decay, or warmup-stable-decay (constant, then a final decay)")
+    decay_frac: float = Field(0.2, gt=0, le=1, description="wsd: share of the steps spent decaying at the end")
+    resume_tag: str | None = Field(None, description="resume from this checkpoint tag (e.g. step_00001000); None: the newest complete one")
+    keep_last: int = Field(3, ge=1, description="complete checkpoints kept (the newest); older ones are deleted")
+    keep_every: int = Field(0, ge=0, description="also keep every checkpoint whose step is a multiple of this (0: none)")
+    eval_every: int = Field(0, ge=0, description="held-out perplexity per channel every N steps (0: off)")
+    eval_samples_per_channel: int = Field(200, ge=1, description="held-out samples per channel, taken from the end "
+                                          "of each channel's data and never trained on (at most 10% of a channel)")
+    peak_tflops_per_gpu: float | None = Field(None, gt=0, description="for MFU; None: looked up from the GPU name")
     mixture: MixtureConfig | None = Field(None, description="sampling weights per channel or source; None: natural proportions")
     stage_data_dir: str | None = Field(None, description="copy the token shards here on every node before training "
                                        "(a local disk or /dev/shm); None: read them where the tokenize stage wrote them")

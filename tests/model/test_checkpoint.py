@@ -31,3 +31,29 @@ def test_complete_requires_every_rank(tmp_path):
 
 def test_no_checkpoint(tmp_path):
     assert ckpt.latest_complete(tmp_path / "missing") is None
+
+
+def test_retention_keeps_the_last_k_and_every_mth():
+    steps = {f"step_{s:08d}": s for s in range(100, 1100, 100)}
+    victims = ckpt.retention_victims(steps, keep_last=2, keep_every=500)
+    kept = sorted(set(steps) - set(victims))
+    assert kept == ["step_00000500", "step_00000900", "step_00001000"]
+
+
+def test_apply_retention_never_removes_latest_and_clears_dead_saves(tmp_path):
+    for step in (1, 2, 3, 4):
+        make_tag(tmp_path, f"step_{step:08d}", step)
+    (tmp_path / "step_00000002.5").mkdir()  # not a tag of ours: left alone
+    (tmp_path / "step_00000003x").mkdir()
+    make_tag(tmp_path, "step_00000000", 0, complete=False)  # a save that died, older than the newest complete
+    (tmp_path / "latest").write_text("step_00000002")  # e.g. after a rollback
+    removed = ckpt.apply_retention(tmp_path, keep_last=1, keep_every=0)
+    assert sorted(removed) == ["step_00000000", "step_00000001", "step_00000003"]
+    assert ckpt.complete_tags(tmp_path) == ["step_00000002", "step_00000004"]
+    assert (tmp_path / "step_00000002.5").exists()
+
+
+def test_room_for_checkpoint_compares_free_space(tmp_path):
+    ok, free = ckpt.room_for_checkpoint(tmp_path, 1)
+    assert ok and free > 0
+    assert not ckpt.room_for_checkpoint(tmp_path, free)[0]  # the 20% margin does not fit

@@ -91,7 +91,7 @@ def test_resume_refuses_a_checkpoint_of_another_model(prepared_run, tmp_path):
     out = tmp_path / "train"
     train(cfg, root, out, steps=2, save_every=2)
     wider = cfg.model.model_copy(update={"ffn_hidden": cfg.model.ffn_hidden * 2})
-    with pytest.raises(TrainingFailed, match=r"bad settings or data[\s\S]*different model \(ffn_hidden changed\)"):
+    with pytest.raises(TrainingFailed, match=r"bad settings or data[\s\S]*different model \(ffn_hidden: 384 -> 768\)"):
         run_train(wider, cfg.train.model_copy(update={"steps": 4}), root / "tokenizer", root / "tokens", out, {},
                   log_line=lambda _: None)
 

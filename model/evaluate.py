@@ -1,0 +1,54 @@
+"""Held-out perplexity per channel, computed on every rank's share of the eval samples."""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from model.data import CHANNELS, TokenDataset
+
+
+def local_eval_sums(engine, dataset: TokenDataset, micro: int, rank: int, world: int) -> torch.Tensor:
+    """(loss sum, token count) per channel over this rank's eval samples (j = rank, rank + world, ...)."""
+    L = dataset.seq_len
+    sums = torch.zeros(2, len(CHANNELS), dtype=torch.float64)
+    engine.eval()
+    try:
+        with torch.no_grad():
+            for channel, count in sorted(dataset.eval_counts.items()):
+                stream = torch.from_numpy(dataset.eval_tokens(channel))
+                mine = list(range(rank, count, world))
+                for b in range(0, len(mine), micro):
+                    tokens = torch.stack([stream[j * L: j * L + L + 1] for j in mine[b:b + micro]]).to(engine.device)
+                    logits = engine(tokens[:, :-1])
+                    loss = F.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten(), reduction="sum")
+                    c = CHANNELS.index(channel)
+                    sums[0, c] += loss.item()
+                    sums[1, c] += tokens[:, 1:].numel()
+    finally:
+        engine.train()
+    return sums
+
+
+def perplexities(sums: torch.Tensor) -> dict[str, float]:
+    return {f"eval_ppl_{name}": math.exp(sums[0, c].item() / sums[1, c].item())
+            for c, name in enumerate(CHANNELS) if sums[1, c] > 0}
+
+
+def reduce_eval(sums: torch.Tensor | None) -> dict[str, float] | None:
+    """All-reduce every rank's sums; a rank whose eval failed sends a flag, and then nobody reports.
+
+    Every rank reaches this collective whether its eval worked or not, so a
+    failure on one rank cannot leave the others waiting.
+    """
+    failed = sums is None
+    packed = torch.zeros(2 * len(CHANNELS) + 1, dtype=torch.float64)
+    if not failed:
+        packed[:-1] = sums.flatten()
+    packed[-1] = float(failed)
+    dist.all_reduce(packed)
+    if packed[-1] > 0:
+        return None
+    return perplexities(packed[:-1].view(2, len(CHANNELS)))

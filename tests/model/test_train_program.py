@@ -1,0 +1,62 @@
+"""Pieces of the training program that need no process group."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from model.data import CHANNELS
+from model.evaluate import perplexities
+from model.guard import Guard, fault_point
+from model.llama import ModelArgs, Transformer
+from model.perf import mfu, peak_tflops
+from model.train import lr_at, step_loss
+
+ARGS = ModelArgs(dim=32, n_layers=1, n_heads=2, n_kv_heads=1, vocab_size=50, ffn_hidden=64, max_seq_len=16)
+
+
+class Engine(Transformer):
+    device = torch.device("cpu")
+
+
+def test_per_channel_loss_sums_match_a_direct_computation():
+    torch.manual_seed(0)
+    engine = Engine(ARGS)
+    tokens = torch.randint(0, 50, (2, 9))
+    channels = torch.tensor([[0] * 3 + [1] * 5, [2] * 8])  # a document boundary inside sample 0
+    sums = torch.zeros(2, len(CHANNELS))
+    loss = step_loss(engine, tokens, channels, sums)
+    per_token = F.cross_entropy(engine(tokens[:, :-1]).flatten(0, 1), tokens[:, 1:].flatten(), reduction="none")
+    ch = channels.flatten()
+    for c in range(len(CHANNELS)):
+        assert sums[0, c].item() == pytest.approx(per_token[ch == c].sum().item(), rel=1e-6)
+        assert sums[1, c].item() == (ch == c).sum().item()
+    assert loss.item() == pytest.approx(sums[0].sum().item() / 16, rel=1e-6)
+    assert perplexities(sums)["eval_ppl_zh"] == pytest.approx(math.exp(sums[0, 0].item() / 3))
+
+
+def test_schedules_are_selected_by_config():
+    t = {"lr": 1e-3, "min_lr": 1e-4, "warmup_steps": 10, "steps": 100}
+    assert lr_at(50, {**t, "schedule": "wsd", "decay_frac": 0.2}) == 1e-3  # stable phase
+    assert lr_at(99, {**t, "schedule": "wsd", "decay_frac": 0.2}) == pytest.approx(1e-3 - 0.95 * 9e-4)  # decaying
+    assert lr_at(50, {**t, "schedule": "cosine"}) < 1e-3
+
+
+def test_mfu_uses_the_gpu_peak():
+    assert peak_tflops("NVIDIA H200") == 989.0 and peak_tflops("NVIDIA H100 PCIe") == 756.0
+    assert peak_tflops("NVIDIA A100-SXM4-80GB") == 312.0 and peak_tflops("cpu") is None
+    assert peak_tflops("cpu", override=100.0) == 100.0
+    assert mfu(6e9, 1e5, 2, 989.0) == pytest.approx(6e9 * 1e5 / (2 * 989e12))
+    assert mfu(6e9, 1e5, 2, None) is None
+
+
+def test_guard_reports_and_continues(monkeypatch):
+    events = []
+    guard = Guard(events.append)
+    assert guard.run("ok", lambda x: x + 1, 1) == 2
+    assert guard.run("boom", lambda: 1 / 0) is None
+    assert guard.failures == 1 and events[0]["callback"] == "boom" and "ZeroDivisionError" in events[0]["error"]
+    monkeypatch.setenv("PRETRAIN_FAULTS", "eval@1")
+    fault_point("eval", 0)  # another rank: nothing happens
+    with pytest.raises(RuntimeError, match="injected fault 'eval' on rank 1"):
+        fault_point("eval", 1)

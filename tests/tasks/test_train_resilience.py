@@ -1,0 +1,67 @@
+"""The training program under real DeepSpeed ranks (2 CPU processes, gloo): exact resume, dead ranks, broken callbacks."""
+import pytest
+import torch
+
+from model.checkpoint import complete_tags, latest_complete
+from model.export_hf import load_checkpoint_state
+from model.protocol import read_jsonl
+from tasks.train import TrainingFailed, run_train
+
+pytestmark = pytest.mark.slow
+
+
+def train(cfg, root, out, env=None, **overrides):
+    t = cfg.train.model_copy(update=overrides)
+    lines = []
+    result = run_train(cfg.model, t, root / "tokenizer", root / "tokens", out, env or {}, log_line=lines.append)
+    return result, lines
+
+
+def losses(out) -> dict[int, float]:
+    return {m["step"]: m["loss"] for m in read_jsonl(out / "metrics.jsonl") if "loss" in m}
+
+
+def test_resume_is_bit_exact_on_cpu_fp32(prepared_run, tmp_path):
+    cfg, root = prepared_run
+    assert cfg.train.precision == "fp32"
+    train(cfg, root, tmp_path / "straight", steps=6, save_every=6)
+    train(cfg, root, tmp_path / "halves", steps=3, save_every=3)
+    _, lines = train(cfg, root, tmp_path / "halves", steps=6, save_every=3)
+    assert any("resumed from step_00000003 at step 3" in line for line in lines)
+    assert losses(tmp_path / "halves") == losses(tmp_path / "straight")  # exact, every step
+    a = load_checkpoint_state(tmp_path / "straight" / "checkpoints", "step_00000006")
+    b = load_checkpoint_state(tmp_path / "halves" / "checkpoints", "step_00000006")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_rank_killed_while_saving_leaves_latest_on_the_previous_checkpoint(prepared_run, tmp_path):
+    cfg, root = prepared_run
+    out = tmp_path / "train"
+    train(cfg, root, out, steps=2, save_every=2)
+    with pytest.raises(TrainingFailed, match="crashed"):
+        train(cfg, root, out, env={"PRETRAIN_FAULTS": "kill_during_save@1"}, steps=4, save_every=2)
+    ckpt_dir = out / "checkpoints"
+    assert (ckpt_dir / "step_00000004").is_dir()  # rank 0 wrote its part ...
+    assert complete_tags(ckpt_dir) == ["step_00000002"] and latest_complete(ckpt_dir) == "step_00000002"
+    result, lines = train(cfg, root, out, steps=4, save_every=2)  # ... and the rerun resumes before it
+    assert any("resumed from step_00000002 at step 2" in line for line in lines)
+    assert result["latest_checkpoint"] == "step_00000004"
+
+
+def test_eval_perplexity_and_broken_callbacks_do_not_stop_training(prepared_run, tmp_path):
+    cfg, root = prepared_run
+    result, lines = train(cfg, root, tmp_path / "ok", steps=4, save_every=4, eval_every=2, eval_samples_per_channel=4)
+    evals = [m for m in read_jsonl(tmp_path / "ok" / "metrics.jsonl") if any(k.startswith("eval_ppl_") for k in m)]
+    assert [m["step"] for m in evals] == [2, 4]
+    assert {"eval_ppl_zh", "eval_ppl_en", "eval_ppl_code"} <= set(evals[-1])
+    assert all(1 < v < 1e5 for m in evals for k, v in m.items() if k.startswith("eval_ppl_"))
+
+    out = tmp_path / "faulty"
+    result, _ = train(cfg, root, out, env={"PRETRAIN_FAULTS": "eval@1,metrics"}, steps=4, save_every=4,
+                      eval_every=2, eval_samples_per_channel=4, keep_last=1)
+    assert result["exit_code"] == 0 and result["latest_step"] == 4
+    events = read_jsonl(out / "events.jsonl")
+    failed = [e["callback"] for e in events if e["event"] == "callback_error"]
+    assert "metrics" in failed  # rank 0's own failures are reported; rank 1's eval failure skips the eval
+    assert [e["step"] for e in events if e["event"] == "eval_skipped"] == [2, 4]
+    assert complete_tags(out / "checkpoints") == ["step_00000004"]

@@ -81,6 +81,13 @@ def tokenize_complete_task(cfg: TokenizeConfig, specs: list[PartSpec], metas: li
     return complete_tokenize(cfg, specs, metas, settings, Path(clean_dir), Path(work_dir), Path(out_dir), counted)
 
 
+@task(name="export-hf")
+def export_task(train_dir: str, tokenizer_dir: str, tag: str) -> dict:
+    from tasks.export import export_run_checkpoint
+
+    return export_run_checkpoint(Path(train_dir), Path(tokenizer_dir), tag=tag)
+
+
 @task(name="health-checks")
 def preflight_task(cfg: PipelineConfig, run_root: str) -> dict:
     from pathlib import Path
@@ -207,12 +214,17 @@ def train_flow(config: PipelineConfig | str = DEFAULT_CONFIG, mlflow_parent_run_
         result = train_task(cfg, str(run.dir("tokenizer")), str(run.dir("tokens")), str(run.dir("train")), env)
         client = tracking.client(run.mlflow_uri)
         client.set_tag(run.run_id, "final_checkpoint", f"{result['checkpoint_dir']}/{result['latest_checkpoint']}")
+        if cfg.train.export_hf and result["latest_checkpoint"]:
+            result["hf_export"] = export_task(str(run.dir("train")), str(run.dir("tokenizer")),
+                                              result["latest_checkpoint"])["export_dir"]
+            client.set_tag(run.run_id, "hf_export", result["hf_export"])
         from tasks.common.outputs import write_json
 
         write_json(run.dir("train") / "result.json", result)
         for name in ("result.json", "spec.json", "metrics.jsonl", "events.jsonl"):
             tracking.log_artifact(run.mlflow_uri, run.run_id, run.dir("train") / name, "train")
         markdown_artifact(cfg, "train", f"Training finished at step {result['latest_step']}.\n\n"
-                          f"Final checkpoint: `{result['checkpoint_dir']}/{result['latest_checkpoint']}`",
+                          f"Final checkpoint: `{result['checkpoint_dir']}/{result['latest_checkpoint']}`"
+                          + (f"\n\nHugging Face export: `{result['hf_export']}`" if result.get("hf_export") else ""),
                           "Training result")
     return result

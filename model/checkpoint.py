@@ -69,15 +69,15 @@ def retention_victims(steps_by_tag: dict[str, int], keep_last: int, keep_every: 
     return [t for t in old if not (keep_every and steps_by_tag[t] % keep_every == 0)]
 
 
-def apply_retention(ckpt_dir: Path, keep_last: int, keep_every: int) -> list[str]:
-    """Delete the victims (never `latest`); incomplete tags older than the newest complete one go too."""
+def apply_retention(ckpt_dir: Path, keep_last: int, keep_every: int, busy: set[str] = frozenset()) -> list[str]:
+    """Delete the victims (never `latest`, nor `busy` tags still uploading); also incomplete tags older than latest."""
     import shutil
 
     ckpt_dir = Path(ckpt_dir)
     tags = complete_tags(ckpt_dir)
     latest = latest_complete(ckpt_dir)
     victims = [t for t in retention_victims({t: read_meta(ckpt_dir, t)["step"] for t in tags}, keep_last, keep_every)
-               if t != latest]
+               if t != latest and t not in busy]
     newest = read_meta(ckpt_dir, latest)["step"] if latest else -1
     for path in ckpt_dir.iterdir():
         step = _tag_step(path.name)

@@ -29,6 +29,7 @@ from model.data import CHANNELS, DataError, GlobalSampler, SamplerState, TokenDa
 from model.evaluate import local_eval_sums, reduce_eval
 from model.guard import Guard, fault_point
 from model.llama import ModelArgs, Transformer, count_parameters, flops_per_token
+from model.mirror import Mirror
 from model.perf import device_name, memory_gb, mfu, peak_tflops
 from model.staging import StagingError, stage_tokens, staged_path
 from model.protocol import EVENTS_FILE, EXIT_CONFIG, EXIT_DONE, EXIT_STOPPED, METRICS_FILE
@@ -147,7 +148,8 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state(state["cuda"])
 
 
-def save(engine, spec: Spec, step: int, sampler: GlobalSampler, tracker, rank: int, world: int) -> str:
+def save(engine, spec: Spec, step: int, sampler: GlobalSampler, tracker, rank: int, world: int,
+         mirror: Mirror | None = None) -> str:
     ckpt_dir = spec.out_dir / "checkpoints"
     tag = f"step_{step:08d}"
     meta = {"step": step, "data_position": sampler.state.to_dict(), "manifest_version": spec.manifest_version,
@@ -160,7 +162,10 @@ def save(engine, spec: Spec, step: int, sampler: GlobalSampler, tracker, rank: i
     if rank == 0:
         ckpt.mark_complete(ckpt_dir, tag, world, meta)
         tracker.event({"event": "checkpoint", "step": step, "tag": tag, "path": str(ckpt_dir / tag)})
-        removed = ckpt.apply_retention(ckpt_dir, spec.train.get("keep_last", 3), spec.train.get("keep_every", 0))
+        if mirror:
+            mirror.submit(ckpt_dir, tag)
+        removed = ckpt.apply_retention(ckpt_dir, spec.train.get("keep_last", 3), spec.train.get("keep_every", 0),
+                                       mirror.in_flight() if mirror else set())
         if removed:
             tracker.event({"event": "checkpoints_removed", "step": step, "tags": removed})
     dist.barrier()
@@ -225,6 +230,7 @@ class Loop:
     sampler: GlobalSampler
     tracker: object
     guard: Guard
+    mirror: Mirror | None
     rank: int
     world: int
     flops_per_token: float
@@ -312,7 +318,8 @@ def train(spec: Spec) -> int:
     tracker = Rank0Tracker(spec.out_dir, METRICS_FILE, EVENTS_FILE) if rank == 0 else NullTracker()
     start_step, state = resume(engine, spec, rank, world)
     sampler = sampler_for(dataset, t["seed"], state, mixture["weights"] if mixture else None)
-    loop = Loop(spec, dataset, sampler, tracker, Guard(tracker.event), rank, world,
+    mirror = Mirror(t["mirror_url"], tracker.event) if t.get("mirror_url") and rank == 0 else None
+    loop = Loop(spec, dataset, sampler, tracker, Guard(tracker.event), mirror, rank, world,
                 flops_per_token(spec.model, t["seq_len"]), peak_tflops(device_name(), t.get("peak_tflops_per_gpu")))
     stop = StopFlag()
     global_batch = t["micro_batch_size"] * world * t["grad_accum"]
@@ -332,15 +339,22 @@ def train(spec: Spec) -> int:
             run_eval(engine, loop, step + 1)
         done = step + 1 == t["steps"]
         if stop.agreed():
-            save(engine, spec, step + 1, sampler, tracker, rank, world)
+            save(engine, spec, step + 1, sampler, tracker, rank, world, mirror)
             tracker.event({"event": "stopped", "step": step + 1, "reason": "SIGTERM"})
-            loop.guard.run("flush", tracker.flush)
+            finish(loop)
             return EXIT_STOPPED
         if (done or (step + 1) % t["save_every"] == 0) and room_to_save(spec, model, tracker, rank, step + 1):
-            save(engine, spec, step + 1, sampler, tracker, rank, world)
+            save(engine, spec, step + 1, sampler, tracker, rank, world, mirror)
     tracker.event({"event": "done", "step": t["steps"], "callback_errors": loop.guard.failures})
-    loop.guard.run("flush", tracker.flush)
+    finish(loop)
     return EXIT_DONE
+
+
+def finish(loop: Loop) -> None:
+    """Uploads in flight get to finish; pending metrics go out."""
+    if loop.mirror:
+        loop.mirror.wait()
+    loop.guard.run("flush", loop.tracker.flush)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -241,11 +241,18 @@ class TokenizeConfig(Strict):
 
 
 class PreflightConfig(Strict):
+    profile: str = Field("cpu-ci", description="hardware profile whose expected values grade the checks "
+                         "(tasks/preflight/baselines/profiles.yaml: cpu-ci, h100-sxm-8x-nvlink, a100-sxm-8x-nvlink, "
+                         "pcie-gen4-no-nvlink, ib-hdr-200g, ib-ndr-400g, roce-100g, h200-1x)")
+    baselines_file: str | None = Field(None, description="your own profiles file (same format); None: the shipped one")
+    nics_per_node: int = Field(1, ge=1, description="network cards per node: per-NIC expectations are multiplied by it")
     min_free_gb: float = Field(5.0, ge=0, description="fail when the run root has less free disk")
+    storage_test_mb: float = Field(64.0, gt=0, description="size of the shared-storage write/read check")
     allreduce_ranks: int = Field(2, ge=1, description="ranks of the all-reduce probe (gloo on CPU, nccl on GPU)")
     allreduce_mb: float = Field(8.0, gt=0, description="all-reduce probe message size in MiB")
-    min_allreduce_gbps: float = Field(0.05, ge=0, description="fail below this bus bandwidth (GB/s)")
     nccl_tests_dir: str | None = Field(None, description="directory of nccl-tests binaries; None: search PATH")
+    nccl_tests_launcher: list[str] = Field(default_factory=list, description="prefix for nccl-tests across nodes, "
+                                           "e.g. [mpirun, -np, '16', --hostfile, hosts]; empty: one process, all local GPUs")
     nvbandwidth_path: str | None = Field(None, description="nvbandwidth binary; None: search PATH")
     ignore_failures: bool = Field(False, description="train even when a check fails (recorded in the report)")
 
@@ -285,6 +292,11 @@ class ModelConfig(Strict):
         return self
 
 
+class HostConfig(Strict):
+    name: str = Field(min_length=1, description="hostname or address the launcher reaches the node by")
+    slots: int = Field(gt=0, description="ranks (GPUs) on the node")
+
+
 class MixtureConfig(Strict):
     """Sampling proportions of the training data by channel or by source (upsampling repeats a pool)."""
     by: Literal["channel", "source"] = Field("channel", description="what the weights name: channels (zh/en/code/other) or source names")
@@ -314,7 +326,16 @@ class TrainConfig(Strict):
     activation_checkpointing: bool = False
     accelerator: Literal["cpu", "cuda"] = Field("cuda", description="cpu: DS_ACCELERATOR=cpu with gloo")
     num_gpus: int = Field(1, gt=0, description="ranks per node (CPU processes when accelerator=cpu)")
-    hostfile: str | None = Field(None, description="DeepSpeed hostfile for multi-node runs; None: this node only")
+    hostfile: str | None = Field(None, description="DeepSpeed hostfile for multi-node runs; None: this node only "
+                                 "(or train.hosts)")
+    hosts: list[HostConfig] = Field(default_factory=list, description="the nodes, written to <run_root>/train/hostfile "
+                                    "(instead of train.hostfile)")
+    launch: Literal["ssh", "per_node"] = Field("ssh", description="multi-node: ssh = DeepSpeed's launcher reaches every "
+                                               "node over ssh/pdsh from this one; per_node = one `deepspeed --no_ssh "
+                                               "--node_rank k` per node, started through train.node_command")
+    node_command: list[str] = Field(default_factory=list, description="per_node: prefix that runs a command on node "
+                                    "{host} (e.g. [ssh, '{host}'] or [srun, -N1, -w, '{host}']); empty: start it here")
+    master_addr: str | None = Field(None, description="rendezvous address; None: the first node's name")
     master_port: int | None = Field(None, gt=1024, lt=65536, description="rendezvous port; None: a free port on the launching node")
     save_every: int = Field(100, gt=0, description="checkpoint every N steps (and at the end)")
     log_every: int = Field(1, gt=0)
@@ -325,6 +346,10 @@ class TrainConfig(Strict):
     resume_tag: str | None = Field(None, description="resume from this checkpoint tag (e.g. step_00001000); None: the newest complete one")
     keep_last: int = Field(3, ge=1, description="complete checkpoints kept (the newest); older ones are deleted")
     keep_every: int = Field(0, ge=0, description="also keep every checkpoint whose step is a multiple of this (0: none)")
+    export_hf: bool = Field(True, description="export the final checkpoint to the Hugging Face Llama format "
+                            "(<run_root>/train/hf/<tag>) when training finishes")
+    mirror_url: str | None = Field(None, description="copy every complete checkpoint here in the background "
+                                   "(an fsspec URL: s3://bucket/run, file:///backup/run); None: no mirror")
     eval_every: int = Field(0, ge=0, description="held-out perplexity per channel every N steps (0: off)")
     eval_samples_per_channel: int = Field(200, ge=1, description="held-out samples per channel, taken from the end "
                                           "of each channel's data and never trained on (at most 10% of a channel)")
@@ -332,6 +357,15 @@ class TrainConfig(Strict):
     mixture: MixtureConfig | None = Field(None, description="sampling weights per channel or source; None: natural proportions")
     stage_data_dir: str | None = Field(None, description="copy the token shards here on every node before training "
                                        "(a local disk or /dev/shm); None: read them where the tokenize stage wrote them")
+
+    @model_validator(mode="after")
+    def _one_host_list(self) -> "TrainConfig":
+        if self.hostfile and self.hosts:
+            raise ValueError("set train.hostfile or train.hosts, not both")
+        names = [h.name for h in self.hosts]
+        if len(set(names)) != len(names):
+            raise ValueError(f"train.hosts names a node twice: {names}")
+        return self
 
     @model_validator(mode="after")
     def _lr_order(self) -> "TrainConfig":

@@ -8,7 +8,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 from collections import deque
 from dataclasses import asdict
 from pathlib import Path
@@ -20,6 +19,8 @@ from model.llama import ModelArgs
 from model.protocol import EXIT_CONFIG, EXIT_DONE, EXIT_STOPPED, SPEC_FILE
 from pretrain.config import ModelConfig, TrainConfig
 from tasks.common.outputs import read_json, require_complete
+from tasks.launch import (LaunchFailed, env_with_file, hostfile_for, master_address, node_commands, read_hostfile,
+                          run_nodes, sigterm_kills)
 from tasks.preflight.probe import free_port
 
 
@@ -72,13 +73,17 @@ def write_spec(model: ModelConfig, train: TrainConfig, tokenizer_dir: Path, toke
     return path
 
 
-def launcher_command(train: TrainConfig, spec_path: Path) -> list[str]:
+def deepspeed_binary() -> str:
     deepspeed = shutil.which("deepspeed", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
     if deepspeed is None:
         raise TrainingFailed("the `deepspeed` launcher is not installed in this environment; run `make install`", EXIT_CONFIG)
-    cmd = [deepspeed, "--master_port", str(train.master_port or free_port())]
-    if train.hostfile:
-        cmd += ["--hostfile", train.hostfile]
+    return deepspeed
+
+
+def launcher_command(train: TrainConfig, spec_path: Path, hostfile: Path | None = None) -> list[str]:
+    cmd = [deepspeed_binary(), "--master_port", str(train.master_port or free_port())]
+    if hostfile:
+        cmd += ["--hostfile", str(hostfile)] + (["--master_addr", train.master_addr] if train.master_addr else [])
     else:
         cmd += ["--num_gpus", str(train.num_gpus)]
     return cmd + ["--module", "model.train", "--spec", str(spec_path)]
@@ -125,18 +130,8 @@ def run_launcher(cmd: list[str], env: dict[str, str], log_line: Callable[[str], 
     """Run the DeepSpeed launcher in its own session; stream its output; always reap the ranks."""
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True, preexec_fn=_die_with_parent, bufsize=1)
-    previous = None
-    if threading.current_thread() is threading.main_thread():
-        def on_term(signum, frame):
-            # Ranks save a checkpoint on SIGTERM; give them a moment, then let
-            # Prefect's own handler turn the signal into a cancellation.
-            kill_group(proc, grace_s=10)
-            if callable(previous):
-                previous(signum, frame)
-            raise SystemExit(128 + signum)
-        previous = signal.signal(signal.SIGTERM, on_term)
     try:
-        with open(log_path, "a", encoding="utf-8") as log:
+        with sigterm_kills(lambda: kill_group(proc, grace_s=10)), open(log_path, "a", encoding="utf-8") as log:
             for line in proc.stdout:
                 log.write(line)
                 log_line(line.rstrip("\n"))
@@ -145,16 +140,32 @@ def run_launcher(cmd: list[str], env: dict[str, str], log_line: Callable[[str], 
         return proc.wait()
     finally:
         kill_group(proc)
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+
+
+def launch(train: TrainConfig, spec_path: Path, env: dict[str, str], out_dir: Path, log_line: Callable[[str], None],
+           tail: deque) -> int:
+    """One launcher (this node, or every node over ssh), or one per node (`train.launch: per_node`)."""
+    hostfile = hostfile_for(train, out_dir)
+    if hostfile is None or train.launch == "ssh":
+        env = env_with_file(env, out_dir) if hostfile else env
+        return run_launcher(launcher_command(train, spec_path, hostfile), env, log_line, out_dir / "launcher.log", tail)
+    hosts = read_hostfile(hostfile)
+    program = ["--module", "model.train", "--spec", str(spec_path)]
+    cmds = node_commands(deepspeed_binary(), hostfile, hosts, master_address(train, hosts),
+                         train.master_port or free_port(), program, train.node_command, env)
+    try:
+        return run_nodes(cmds, env, lambda line: (tail.append(line), log_line(line)), out_dir / "launcher.log",
+                         kill_group, _die_with_parent)
+    except LaunchFailed as err:
+        raise TrainingFailed(f"training crashed: {err}. See {out_dir / 'launcher.log'}. Newest complete checkpoint: "
+                             f"{latest_complete(out_dir / 'checkpoints') or 'none'}.", err.exit_code) from None
 
 
 def run_train(model: ModelConfig, train: TrainConfig, tokenizer_dir: Path, tokens_dir: Path, out_dir: Path,
               mlflow_env: dict[str, str], log_line: Callable[[str], None] = print) -> dict:
     spec_path = write_spec(model, train, tokenizer_dir, tokens_dir, out_dir)
     tail: deque = deque(maxlen=200)
-    code = run_launcher(launcher_command(train, spec_path), launcher_env(train, mlflow_env),
-                        log_line, out_dir / "launcher.log", tail)
+    code = launch(train, spec_path, launcher_env(train, mlflow_env), out_dir, log_line, tail)
     ckpt_dir = out_dir / "checkpoints"
     tag = latest_complete(ckpt_dir)
     result = {"exit_code": code, "checkpoint_dir": str(ckpt_dir), "latest_checkpoint": tag,

@@ -1,4 +1,4 @@
-"""Find and run the GPU health tools when they are installed; read their summary lines."""
+"""Find and run the GPU health tools when they are installed; the GPU inventory from nvidia-smi."""
 from __future__ import annotations
 
 import re
@@ -6,26 +6,12 @@ import shutil
 import subprocess
 from pathlib import Path
 
-_PREFIX = re.compile(r"^\[\d+,\d+\]<std(?:out|err)>:")  # mpirun --tag-output
-_AVG_BUSBW = re.compile(r"#\s*Avg bus bandwidth\s*:\s*([0-9.]+)")
-_NVB_SUM = re.compile(r"^SUM\s+(\S+)\s+([0-9.]+)", re.M)
-
 
 def find_tool(name: str, directory: str | None = None) -> str | None:
     if directory:
         path = Path(directory) / name
         return str(path) if path.is_file() else None
     return shutil.which(name)
-
-
-def nccl_avg_busbw(output: str) -> float | None:
-    text = "\n".join(_PREFIX.sub("", line) for line in output.splitlines())
-    m = _AVG_BUSBW.search(text)
-    return float(m.group(1)) if m else None
-
-
-def nvbandwidth_sums(output: str) -> dict[str, float]:
-    return {name: float(v) for name, v in _NVB_SUM.findall(output)}
 
 
 def run_tool(cmd: list[str], timeout_s: float = 600) -> tuple[int, str]:
@@ -37,12 +23,15 @@ def gpu_inventory() -> list[dict] | None:
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return None
-    code, out = run_tool([smi, "--query-gpu=name,memory.total,driver_version,ecc.errors.uncorrected.volatile.total",
+    code, out = run_tool([smi, "--query-gpu=index,name,memory.total,driver_version,ecc.errors.uncorrected.volatile.total",
                           "--format=csv,noheader"], timeout_s=60)
     if code != 0:
         return []
+    _, header = run_tool([smi], timeout_s=60)
+    cuda = re.search(r"CUDA Version:\s*([0-9.]+)", header)
     rows = []
     for line in out.strip().splitlines():
-        name, mem, driver, ecc = (p.strip() for p in (line.split(",") + ["", "", ""])[:4])
-        rows.append({"name": name, "memory": mem, "driver": driver, "ecc_uncorrected": ecc})
+        index, name, mem, driver, ecc = (p.strip() for p in (line.split(",") + [""] * 5)[:5])
+        rows.append({"index": index, "name": name, "memory": mem, "driver": driver, "ecc_uncorrected": ecc,
+                     "cuda": cuda.group(1) if cuda else "?"})
     return rows

@@ -103,6 +103,9 @@ def test_full_deployment_end_to_end(stack, tmp_path):
     train_run = by_name["e2e-full/train"]
     assert [m.step for m in client.get_metric_history(train_run.info.run_id, "loss")] == [1, 2, 3, 4, 5, 6]
     assert train_run.data.tags["final_checkpoint"].endswith("step_00000006")
+    hf_dir = Path(train_run.data.tags["hf_export"])
+    assert hf_dir.name == "step_00000006" and (hf_dir / "model.safetensors").is_file()
+    assert {"config.json", "tokenizer.json", "tokenizer_config.json"} <= {p.name for p in hf_dir.iterdir()}
     artifacts = {a.path for a in client.list_artifacts(by_name["e2e-full/tokenizer"].info.run_id, "tokenizer")}
     assert {"tokenizer/tokenizer.json", "tokenizer/report.json"} <= artifacts
 
@@ -111,7 +114,7 @@ def test_full_deployment_end_to_end(stack, tmp_path):
     artifacts = httpx.post(f"{stack['PREFECT_API_URL']}/artifacts/filter", json={}).json()
     keys = {a["key"]: a for a in artifacts}
     for key in ("e2e-full-clean", "e2e-full-tokenizer", "e2e-full-tokenize", "e2e-full-preflight",
-                "e2e-full-train", "e2e-full-summary"):
+                "e2e-full-train", "e2e-full-summary", "e2e-full-rule-tokens"):
         assert key in keys
     assert "chars/token" in keys["e2e-full-tokenizer"]["data"]
 

@@ -82,7 +82,7 @@ def test_deepspeed_config_and_command(tiny_cfg, tmp_path):
     cmd = launcher_command(tiny_cfg.train, tmp_path / "spec.json")
     assert cmd[-4:] == ["--module", "model.train", "--spec", str(tmp_path / "spec.json")]
     assert "--num_gpus" in cmd
-    multi = launcher_command(tiny_cfg.train.model_copy(update={"hostfile": "hosts"}), tmp_path / "s.json")
+    multi = launcher_command(tiny_cfg.train, tmp_path / "s.json", tmp_path / "hosts")
     assert "--hostfile" in multi and "--num_gpus" not in multi
 
 

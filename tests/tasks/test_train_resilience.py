@@ -65,3 +65,18 @@ def test_eval_perplexity_and_broken_callbacks_do_not_stop_training(prepared_run,
     assert "metrics" in failed  # rank 0's own failures are reported; rank 1's eval failure skips the eval
     assert [e["step"] for e in events if e["event"] == "eval_skipped"] == [2, 4]
     assert complete_tags(out / "checkpoints") == ["step_00000004"]
+
+
+def test_complete_checkpoints_are_mirrored_to_an_fsspec_url(prepared_run, tmp_path):
+    cfg, root = prepared_run
+    out, mirror = tmp_path / "train", tmp_path / "mirror"
+    result, _ = train(cfg, root, out, steps=4, save_every=2, keep_last=1, mirror_url=f"file://{mirror}")
+    assert result["exit_code"] == 0
+    local = out / "checkpoints" / "step_00000004"
+    assert sorted(p.name for p in mirror.iterdir()) == ["step_00000002", "step_00000004"]  # retention is local only
+    for path in local.rglob("*"):
+        if path.is_file():
+            assert (mirror / "step_00000004" / path.relative_to(local)).read_bytes() == path.read_bytes()
+    events = read_jsonl(out / "events.jsonl")
+    assert [e["tag"] for e in events if e["event"] == "checkpoint_mirrored"] == ["step_00000002", "step_00000004"]
+    assert complete_tags(out / "checkpoints") == ["step_00000004"]

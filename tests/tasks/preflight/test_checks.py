@@ -1,52 +1,101 @@
+import stat
+
 import pytest
 
 from pretrain.config import PreflightConfig
-from tasks.preflight.checks import FAIL, NOT_AVAILABLE, PASS, Check, check_allreduce, check_disk, gate, run_checks
-from tasks.preflight.tools import nccl_avg_busbw, nvbandwidth_sums
+from tasks.preflight.baselines import grade, load_profiles, profile
+from tasks.preflight.checks import (FAIL, NOT_AVAILABLE, PASS, WARN, Check, check_allreduce, check_disk,
+                                    check_nccl_test, check_nvbandwidth, check_storage, gate, run_checks)
 from tests.conftest import FIXTURES, need_shared
 
 
 def test_allreduce_probe_really_runs_two_gloo_ranks():
-    check = check_allreduce(PreflightConfig(allreduce_ranks=2, allreduce_mb=1, min_allreduce_gbps=0.0))
+    check = check_allreduce(PreflightConfig(allreduce_ranks=2, allreduce_mb=1), {"pass": 0.0, "warn": 0.0})
     assert check.status == PASS, check
     assert "backend=gloo ranks=2" in check.detail
 
 
-def test_allreduce_below_threshold_fails():
-    check = check_allreduce(PreflightConfig(allreduce_ranks=2, allreduce_mb=1, min_allreduce_gbps=1e6))
-    assert check.status == FAIL and check.measured.endswith("GB/s busbw")
+def test_allreduce_below_the_profile_fails():
+    check = check_allreduce(PreflightConfig(allreduce_ranks=2, allreduce_mb=1), {"pass": 1e6, "warn": 1e5})
+    assert check.status == FAIL and check.measured.endswith("GB/s busbw") and check.expected.startswith(">= 1e+06")
 
 
-def test_disk_check(tmp_path):
+def test_disk_and_storage_checks(tmp_path):
     assert check_disk(tmp_path, 0.0).status == PASS
     failed = check_disk(tmp_path, 1e9)
     assert failed.status == FAIL and failed.expected == ">= 1000000000.0 GB"
+    storage = check_storage(tmp_path, 8, {"pass": 1.0, "warn": 0.5})
+    assert storage.status == PASS and "MB/s write" in storage.measured and "create+delete" in storage.detail
+    assert not list(tmp_path.glob(".preflight-*"))  # cleans up after itself
 
 
 def test_tools_absent_here_are_not_available_and_do_not_fail(tmp_path):
-    checks = {c.name: c for c in run_checks(PreflightConfig(allreduce_mb=1, min_free_gb=0.0,
+    checks = {c.name: c for c in run_checks(PreflightConfig(allreduce_mb=1, min_free_gb=0.0, storage_test_mb=4,
                                                             nccl_tests_dir=str(tmp_path)), tmp_path)}
     assert checks["nccl_tests_all_reduce"].status == NOT_AVAILABLE
+    assert checks["nvbandwidth_host_to_device_memcpy_ce"].status in (NOT_AVAILABLE, PASS)
     assert gate(list(checks.values()), ignore_failures=False)["passed_gate"]
 
 
 def test_gate_blocks_on_failure_unless_overridden():
-    checks = [Check("a", PASS, "", ""), Check("b", FAIL, "", "")]
-    assert gate(checks, False) == {**gate(checks, False), "passed_gate": False, "failed": ["b"], "override": False}
+    checks = [Check("a", PASS, "", ""), Check("b", FAIL, "", ""), Check("c", WARN, "", "")]
+    blocked = gate(checks, False)
+    assert not blocked["passed_gate"] and blocked["failed"] == ["b"] and blocked["warnings"] == ["c"]
+    assert not blocked["override"]
     overridden = gate(checks, True)
     assert overridden["passed_gate"] and overridden["override"]
 
 
-@pytest.mark.parametrize("name,expected", [("n2_3node_a100_ib_tail.txt", 84.8558)])
-def test_nccl_tests_summary_from_real_output(name, expected):
-    text = need_shared(FIXTURES / "nccl-tests" / name).read_text()
-    assert nccl_avg_busbw(text) == pytest.approx(expected)
+def test_shipped_profiles_load_and_grade_both_directions(tmp_path):
+    profiles = load_profiles()
+    assert {"cpu-ci", "h100-sxm-8x-nvlink", "ib-hdr-200g", "pcie-gen4-no-nvlink"} <= set(profiles)
+    assert grade(24.0, profiles["ib-hdr-200g"]["allreduce_busbw_per_nic"], "allreduce_busbw_per_nic")[0] == PASS
+    assert grade(40.0, profiles["ib-hdr-200g"]["allreduce_busbw_per_nic"], "x", scale=2)[0] == WARN  # 2 NICs: 44 expected
+    assert grade(0.8, {"pass": 0.5, "warn": 0.67}, "max_comm_share")[0] == FAIL  # lower is better
+    with pytest.raises(ValueError, match="choose one of"):
+        profile("dgx-9000")
+    bad = tmp_path / "profiles.yaml"
+    bad.write_text("mine:\n  h2d_gbps: 20\n")
+    with pytest.raises(ValueError, match=r"mine.*h2d_gbps.*\{pass: X, warn: Y\}"):
+        load_profiles(str(bad))
 
 
-def test_nccl_tests_mpirun_prefix():
-    assert nccl_avg_busbw("[1,0]<stdout>:# Avg bus bandwidth    : 23.5 \n") == 23.5
+def tool_printing(folder, name: str, fixture_path, exit_code: int = 0, text: str | None = None) -> str:
+    """A stand-in for a GPU tool that prints a recorded real output (no GPU here)."""
+    folder.mkdir(exist_ok=True)
+    out = folder / f"{name}.out"
+    out.write_text(text if text is not None else fixture_path.read_text())
+    script = folder / name
+    script.write_text(f"#!/bin/sh\ncat '{out}'\nexit {exit_code}\n")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return str(script)
 
 
-def test_nvbandwidth_sum_lines_from_real_output():
-    text = need_shared(FIXTURES / "nvbandwidth" / "v1_v0.2_8x_rtx4090_h2d.txt").read_text()
-    assert nvbandwidth_sums(text) == {"host_to_device_memcpy_ce": 205.04}
+def test_nccl_tests_check_grades_a_recorded_run(tmp_path):
+    a100 = need_shared(FIXTURES / "nccl-tests" / "n2_3node_a100_ib_tail.txt")
+    tool_printing(tmp_path / "bin", "all_reduce_perf", a100)
+    cfg = PreflightConfig(nccl_tests_dir=str(tmp_path / "bin"))
+    check = check_nccl_test(cfg, "all_reduce_perf", "allreduce_busbw_per_nic",
+                            profile("ib-hdr-200g")["allreduce_busbw_per_nic"], scale=4)  # 4x HDR per node
+    assert check.status == WARN and check.measured == "84.8558 GB/s avg busbw"  # 84.9 < 88 expected for 4 NICs
+    assert "x 4 NICs" in check.detail
+
+
+def test_nccl_tests_check_fails_on_truncated_or_failed_output(tmp_path):
+    head = need_shared(FIXTURES / "nccl-tests" / "n1_current_2node_gb10_head.txt")
+    tool_printing(tmp_path / "bin", "all_reduce_perf", head)
+    cfg = PreflightConfig(nccl_tests_dir=str(tmp_path / "bin"))
+    truncated = check_nccl_test(cfg, "all_reduce_perf", "allreduce_busbw_gbps", None)
+    assert truncated.status == FAIL and "no footer" in truncated.measured
+    tail = (FIXTURES / "nccl-tests" / "n2_3node_a100_ib_tail.txt").read_text()
+    tool_printing(tmp_path / "bin", "all_reduce_perf", None, text=tail.replace("0 OK", "7 FAILED"))
+    failed = check_nccl_test(cfg, "all_reduce_perf", "allreduce_busbw_gbps", None)
+    assert failed.status == FAIL and "FAILED footer" in failed.measured
+
+
+def test_nvbandwidth_check_grades_the_slowest_gpu(tmp_path):
+    rtx = need_shared(FIXTURES / "nvbandwidth" / "v1_v0.2_8x_rtx4090_h2d.txt")
+    binary = tool_printing(tmp_path / "bin", "nvbandwidth", rtx)
+    cfg = PreflightConfig(nvbandwidth_path=binary)
+    check = check_nvbandwidth(cfg, "host_to_device_memcpy_ce", "h2d_gbps", {"pass": 24.0, "warn": 20.0})
+    assert check.status == WARN and check.measured == "23.9 GB/s slowest" and "SUM 205.04" in check.detail

@@ -1,0 +1,97 @@
+"""Tokens/s of the training program against a bare DeepSpeed loop: same model, batch, data and ranks, one run.
+
+    python benchmarks/train_overhead.py [--steps 40] [--dim 256] [--rounds 2]
+
+Prepares the demo corpus (clean -> tokenizer -> tokenize), then alternates:
+  program    `run_train` (2 CPU ranks, gloo): sampler, per-channel loss, metrics to JSON lines
+             every step, MFU/memory, checkpoint at the end
+  bare       benchmarks/_bare_deepspeed.py: the same spec (model, DeepSpeed config, dataset),
+             forward / backward / step and nothing else
+Both are timed as wall time between consecutive steps (the program's from its
+metrics lines), medians over the steps after the first five. Target: program >= 0.95x bare.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import yaml  # noqa: E402
+
+from benchmarks._corpus import benchmark_parser  # noqa: E402
+from model.protocol import read_jsonl  # noqa: E402
+from pretrain.config import parse_config  # noqa: E402
+from tasks.clean.stage import run_clean  # noqa: E402
+from tasks.tokenize import run_tokenize  # noqa: E402
+from tasks.tokenizer import run_tokenizer  # noqa: E402
+from tasks.train import launcher_env, run_train  # noqa: E402
+
+SKIP = 5
+
+
+def config(tmp: Path, dim: int, steps: int):
+    data = yaml.safe_load((ROOT / "configs" / "tiny.yaml").read_text())
+    data["run_root"] = str(tmp)
+    data["clean"]["sources"] = [{"path": str(ROOT / "demo/corpus/paragraphs.jsonl"), "name": "demo", "id_field": "id"}]
+    data["model"] = {"dim": dim, "n_layers": 4, "n_heads": 8, "n_kv_heads": 4, "ffn_hidden": dim * 8 // 3 // 64 * 64,
+                     "max_seq_len": 256}
+    data["train"].update(steps=steps, save_every=steps, log_every=1, seq_len=256, micro_batch_size=4, grad_accum=1)
+    return parse_config(data)
+
+
+def program_steps(cfg, tmp: Path, k: int) -> list[float]:
+    out = tmp / f"program-{k}"
+    run_train(cfg.model, cfg.train, tmp / "tokenizer", tmp / "tokens", out, {}, log_line=lambda _: None)
+    stamps = [m["time"] for m in read_jsonl(out / "metrics.jsonl")]
+    return [b - a for a, b in zip(stamps, stamps[1:])][SKIP:]
+
+
+def bare_steps(cfg, tmp: Path, steps: int) -> list[float]:
+    spec = tmp / "program-0" / "spec.json"
+    deepspeed = str(Path(sys.executable).parent / "deepspeed")
+    proc = subprocess.run([deepspeed, "--num_gpus", str(cfg.train.num_gpus), str(ROOT / "benchmarks" / "_bare_deepspeed.py"),
+                           "--spec", str(spec), "--steps", str(steps)], capture_output=True, text=True,
+                          env=launcher_env(cfg.train, {}))
+    if proc.returncode:
+        raise RuntimeError(proc.stdout[-2000:] + proc.stderr[-2000:])
+    line = next(ln for ln in reversed(proc.stdout.splitlines()) if '"step_seconds"' in ln)
+    return json.loads(line[line.index("{"):])["step_seconds"][SKIP + 1:]
+
+
+def main() -> None:
+    parser = benchmark_parser(__doc__)
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--dim", type=int, default=256)
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="train-bench-"))
+    try:
+        cfg = config(tmp, args.dim, args.steps)
+        run_clean(cfg.clean, tmp / "clean")
+        run_tokenizer(cfg.tokenizer, tmp / "clean", tmp / "tokenizer")
+        run_tokenize(cfg.tokenize, tmp / "clean", tmp / "tokenizer", tmp / "tokens")
+        tokens_per_step = cfg.train.micro_batch_size * cfg.train.num_gpus * cfg.train.grad_accum * cfg.train.seq_len
+        program, bare = [], []
+        for k in range(args.rounds):  # alternate, so drift on a shared machine hits both
+            program += program_steps(cfg, tmp, k)
+            bare += bare_steps(cfg, tmp, args.steps)
+        p, b = statistics.median(program), statistics.median(bare)
+        print(f"\nmodel dim {args.dim}, 4 layers, seq 256, global batch {tokens_per_step} tokens, "
+              f"{cfg.train.num_gpus} CPU ranks, {os.cpu_count()} cores; medians of {len(program)} / {len(bare)} steps")
+        print(f"{'loop':<10}{'s/step':>10}{'tokens/s':>12}{'ratio':>8}")
+        print(f"{'bare':<10}{b:>10.4f}{tokens_per_step / b:>12,.0f}{1.0:>8.3f}")
+        print(f"{'program':<10}{p:>10.4f}{tokens_per_step / p:>12,.0f}{b / p:>8.3f}   (target >= 0.95)")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

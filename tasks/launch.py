@@ -1,0 +1,172 @@
+"""Multi-node launch: the hostfile, and one DeepSpeed launcher per node (`--no_ssh --node_rank k`).
+
+In `ssh` mode DeepSpeed's own launcher reaches every node from this one (pdsh,
+or its openmpi / slurm backends); it already exports NCCL_*, MLFLOW_* and
+PYTHON* to the ranks, and everything else the ranks need goes in a DS_ENV_FILE.
+In `per_node` mode this module starts one launcher per node, each through
+`train.node_command` (ssh, srun, ... or nothing: on this machine), streams every
+node's output with a `[node k]` prefix, and fails fast: when one node's launcher
+exits non-zero, the others are killed and the error names that node and its last lines.
+"""
+from __future__ import annotations
+
+import signal
+import subprocess
+import threading
+import time
+from collections import deque
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable
+
+from pretrain.config import HostConfig, TrainConfig
+
+# the ranks need these, and DeepSpeed's ssh launcher does not export them on its own
+EXTRA_ENV = ("DS_ACCELERATOR", "OMP_NUM_THREADS", "PRETRAIN_FAULTS", "PYTHONUNBUFFERED", "TORCH_NCCL_ASYNC_ERROR_HANDLING")
+PROPAGATED_PREFIXES = ("NCCL_", "MLFLOW_", "PYTHON", "CUDA_", "UCX_", "TORCH_")
+
+
+class LaunchFailed(RuntimeError):
+    def __init__(self, message: str, exit_code: int, node: int | None):
+        super().__init__(message)
+        self.exit_code, self.node = exit_code, node
+
+
+def read_hostfile(path: Path) -> list[HostConfig]:
+    hosts = []
+    for line in Path(path).read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        name, _, rest = line.partition(" ")
+        slots = int(rest.strip().removeprefix("slots=")) if "slots=" in rest else 1
+        hosts.append(HostConfig(name=name, slots=slots))
+    if not hosts:
+        raise ValueError(f"hostfile {path} lists no nodes; one line per node: '<host> slots=<GPUs>'")
+    return hosts
+
+
+def write_hostfile(hosts: list[HostConfig], path: Path) -> Path:
+    Path(path).write_text("".join(f"{h.name} slots={h.slots}\n" for h in hosts))
+    return Path(path)
+
+
+def cluster_hosts(train: TrainConfig) -> list[HostConfig]:
+    return list(train.hosts) if train.hosts else read_hostfile(Path(train.hostfile)) if train.hostfile else []
+
+
+def propagated_env(env: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k in EXTRA_ENV or k.startswith(PROPAGATED_PREFIXES)}
+
+
+def write_ds_env_file(env: dict[str, str], path: Path) -> Path:
+    """DeepSpeed's .deepspeed_env format (KEY=VALUE lines), for the ssh launcher (DS_ENV_FILE points at it)."""
+    extra = {k: v for k, v in env.items() if k in EXTRA_ENV}
+    Path(path).write_text("".join(f"{k}={v}\n" for k, v in sorted(extra.items())))
+    return Path(path)
+
+
+def node_commands(deepspeed: str, hostfile: Path, hosts: list[HostConfig], master_addr: str, port: int,
+                  program: list[str], node_command: list[str], env: dict[str, str]) -> list[list[str]]:
+    """One `deepspeed --no_ssh --node_rank k` per node, wrapped in node_command with the environment it needs."""
+    cmds = []
+    for rank, host in enumerate(hosts):
+        launcher = [deepspeed, "--hostfile", str(hostfile), "--no_ssh", "--node_rank", str(rank),
+                    "--master_addr", master_addr, "--master_port", str(port), *program]
+        if node_command:
+            exports = [f"{k}={v}" for k, v in sorted(propagated_env(env).items())]
+            launcher = [part.replace("{host}", host.name) for part in node_command] + ["env", *exports, *launcher]
+        cmds.append(launcher)
+    return cmds
+
+
+class NodeProcess:
+    def __init__(self, rank: int, cmd: list[str], env: dict[str, str], preexec: Callable | None):
+        self.rank, self.tail = rank, deque(maxlen=30)
+        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     start_new_session=True, preexec_fn=preexec, bufsize=1)
+
+    def pump(self, log_line: Callable[[str], None], log, lock: threading.Lock) -> None:
+        for line in self.proc.stdout:
+            line = line.rstrip("\n")
+            self.tail.append(line)
+            with lock:
+                log.write(f"[node {self.rank}] {line}\n")
+                log_line(f"[node {self.rank}] {line}")
+
+
+@contextmanager
+def sigterm_kills(kill_all: Callable[[], None]):
+    """While inside: SIGTERM (Prefect cancelling the flow run) kills the launchers' process groups first.
+
+    Ranks save a checkpoint on SIGTERM and the kill gives them a moment; then the
+    previous handler turns the signal into a cancellation.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_term(signum, frame):
+        kill_all()
+        if callable(previous):
+            previous(signum, frame)
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def run_nodes(cmds: list[list[str]], env: dict[str, str], log_line: Callable[[str], None], log_path: Path,
+              kill: Callable[[subprocess.Popen], None], preexec: Callable | None = None,
+              poll_s: float = 0.2) -> int:
+    """Run every node's launcher; 0 when all finish cleanly, else raise LaunchFailed naming the first failed node."""
+    lock = threading.Lock()
+    with open(log_path, "a", encoding="utf-8") as log:
+        nodes = [NodeProcess(rank, cmd, env, preexec) for rank, cmd in enumerate(cmds)]
+        pumps = [threading.Thread(target=n.pump, args=(log_line, log, lock), daemon=True) for n in nodes]
+        for t in pumps:
+            t.start()
+        try:
+            with sigterm_kills(lambda: [kill(n.proc) for n in nodes]):
+                failed = _wait_all(nodes, poll_s)
+        finally:
+            for n in nodes:
+                kill(n.proc)
+            for t in pumps:
+                t.join(timeout=5)
+    if failed is None:
+        return 0
+    code = failed.proc.returncode
+    last = "\n".join(f"  {line}" for line in list(failed.tail)[-10:])
+    raise LaunchFailed(f"node {failed.rank} failed (launcher exit code {code}); the other nodes were stopped. "
+                       f"Its last lines:\n{last}", code, failed.rank)
+
+
+def _wait_all(nodes: list[NodeProcess], poll_s: float) -> NodeProcess | None:
+    """The first node whose launcher exits non-zero, or None once all exit 0."""
+    while True:
+        codes = [n.proc.poll() for n in nodes]
+        bad = [n for n, c in zip(nodes, codes) if c not in (None, 0)]
+        if bad:
+            return bad[0]
+        if all(c == 0 for c in codes):
+            return None
+        time.sleep(poll_s)
+
+
+def hostfile_for(train: TrainConfig, out_dir: Path) -> Path | None:
+    """The hostfile the launcher reads: train.hostfile, or one written from train.hosts."""
+    if train.hosts:
+        return write_hostfile(train.hosts, out_dir / "hostfile")
+    return Path(train.hostfile) if train.hostfile else None
+
+
+def master_address(train: TrainConfig, hosts: list[HostConfig]) -> str:
+    return train.master_addr or hosts[0].name
+
+
+def env_with_file(env: dict[str, str], out_dir: Path) -> dict[str, str]:
+    return {**env, "DS_ENV_FILE": str(write_ds_env_file(env, out_dir / "deepspeed_env"))}

@@ -20,9 +20,14 @@ def local_eval_sums(engine, dataset: TokenDataset, micro: int, rank: int, world:
             for channel, count in sorted(dataset.eval_counts.items()):
                 stream = torch.from_numpy(dataset.eval_tokens(channel))
                 mine = list(range(rank, count, world))
-                for b in range(0, len(mine), micro):
-                    tokens = torch.stack([stream[j * L: j * L + L + 1] for j in mine[b:b + micro]]).to(engine.device)
+                # every rank runs the same number of forward passes (ZeRO-3 gathers parameters in each),
+                # a rank with fewer samples running its first one again and not counting it
+                for b in range(0, -(-count // world), micro):
+                    chunk = mine[b:b + micro]
+                    tokens = torch.stack([stream[j * L: j * L + L + 1] for j in chunk or [0]]).to(engine.device)
                     logits = engine(tokens[:, :-1])
+                    if not chunk:
+                        continue
                     loss = F.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten(), reduction="sum")
                     c = CHANNELS.index(channel)
                     sums[0, c] += loss.item()

@@ -2,7 +2,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from model.llama import ModelArgs, Transformer, closed_form_parameters, count_parameters, flops_per_token
+from model.llama import (ModelArgs, Transformer, apply_rope, closed_form_parameters, count_parameters, flops_per_token,
+                         rope_tables)
 
 ARGS = ModelArgs(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=256, ffn_hidden=160, max_seq_len=32)
 
@@ -77,3 +78,35 @@ def test_overfits_one_batch_with_and_without_checkpointing():
 def test_rejects_too_long_sequences():
     with pytest.raises(ValueError, match="exceeds max_seq_len"):
         Transformer(ARGS)(torch.zeros(1, 33, dtype=torch.long))
+
+
+def test_gqa_with_as_many_kv_heads_as_heads_is_multi_head_attention():
+    torch.manual_seed(0)
+    args = ModelArgs(dim=64, n_layers=1, n_heads=4, n_kv_heads=4, vocab_size=256, ffn_hidden=160, max_seq_len=32)
+    attn = Transformer(args).eval().layers[0].attention
+    x = torch.randn(2, 10, 64)
+    cos, sin = rope_tables(16, 10, args.rope_theta)
+    q = apply_rope(attn.wq(x).view(2, 10, 4, 16), cos, sin).transpose(1, 2)
+    k = apply_rope(attn.wk(x).view(2, 10, 4, 16), cos, sin).transpose(1, 2)
+    v = attn.wv(x).view(2, 10, 4, 16).transpose(1, 2)
+    # textbook multi-head attention, written out: softmax(QK^T / sqrt(d) + causal mask) V
+    scores = q @ k.transpose(-1, -2) / 4.0
+    scores = scores.masked_fill(torch.triu(torch.ones(10, 10, dtype=torch.bool), 1), float("-inf"))
+    ref = attn.wo((scores.softmax(-1) @ v).transpose(1, 2).reshape(2, 10, 64))
+    with torch.no_grad():
+        torch.testing.assert_close(attn(x, cos, sin), ref, rtol=1e-5, atol=1e-6)
+
+
+def test_rope_scores_depend_only_on_the_relative_position():
+    torch.manual_seed(0)
+    cos, sin = rope_tables(16, 64, 10000.0)
+    q, k = torch.randn(1, 1, 1, 16), torch.randn(1, 1, 1, 16)
+
+    def score(m: int, n: int) -> float:
+        qm = apply_rope(q, cos[m:m + 1], sin[m:m + 1])
+        kn = apply_rope(k, cos[n:n + 1], sin[n:n + 1])
+        return (qm * kn).sum().item()
+
+    assert score(5, 2) == pytest.approx(score(40, 37), rel=1e-5)
+    assert score(9, 9) == pytest.approx(score(0, 0), rel=1e-5)
+    assert score(5, 2) != pytest.approx(score(5, 4), rel=1e-3)

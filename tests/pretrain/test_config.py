@@ -24,7 +24,9 @@ def test_all_problems_reported_at_once(tmp_path):
     data = tiny_dict(tmp_path)
     data["train"]["micro_batch_sise"] = 2
     data["clean"]["rules"]["length"] = {"min_chars": -1}
-    del data["model"]["dim"]
+    from pretrain.presets import PRESETS
+
+    data["model"] = {k: v for k, v in PRESETS["debug"].items() if k != "dim"}  # no preset to fill it
     with pytest.raises(ConfigError) as err:
         parse_config(data)
     msg = str(err.value)

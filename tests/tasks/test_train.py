@@ -106,3 +106,14 @@ def test_mixture_and_staged_data_reach_the_ranks(prepared_run, tmp_path):
     plan = next(line for line in lines if "data pools:" in line)
     assert "code:" in plan and "share 0.250" in plan and "en:" in plan and "share 0.750" in plan
     assert "zh:" in plan and "share 0.000" in plan  # pools the mixture does not name are not drawn
+
+
+@pytest.mark.parametrize("stage", [0, 2, 3])
+def test_every_zero_stage_trains_evaluates_and_resumes(prepared_run, tmp_path, stage):
+    cfg, root = prepared_run
+    out = tmp_path / "train"
+    result, _ = train(cfg, root, out, steps=2, save_every=2, zero_stage=stage, eval_every=2, eval_samples_per_channel=3)
+    assert result["latest_checkpoint"] == "step_00000002"
+    assert any(k.startswith("eval_ppl_") for m in read_jsonl(out / "metrics.jsonl") for k in m)
+    result, lines = train(cfg, root, out, steps=3, save_every=3, zero_stage=stage)
+    assert any("resumed from step_00000002 at step 2" in line for line in lines) and result["latest_step"] == 3

@@ -12,6 +12,7 @@ from tasks import tracking
 from tasks.clean.shards import ShardSpec, clean_shard
 from tasks.clean.stage import complete, prepare
 from tasks.preflight.checks import gate, run_checks
+from tasks.preflight.comm import check_comm_share
 from tasks.tokenize import complete as complete_tokenize
 from tasks.tokenize import plan_reject_counts
 from tasks.tokenize import prepare as prepare_tokenize
@@ -90,9 +91,10 @@ def export_task(train_dir: str, tokenizer_dir: str, tag: str) -> dict:
 
 @task(name="health-checks")
 def preflight_task(cfg: PipelineConfig, run_root: str) -> dict:
-    from pathlib import Path
-
-    return gate(run_checks(cfg.preflight, Path(run_root)), cfg.preflight.ignore_failures)
+    checks = run_checks(cfg.preflight, Path(run_root))
+    if cfg.preflight.comm_profile_steps:
+        checks.append(check_comm_share(cfg, Path(run_root), get_run_logger().info))
+    return gate(checks, cfg.preflight.ignore_failures)
 
 
 @task(name="deepspeed-train")

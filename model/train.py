@@ -25,6 +25,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from model import checkpoint as ckpt
+from model.comm_profile import profile_steps
 from model.data import CHANNELS, DataError, GlobalSampler, SamplerState, TokenDataset, rank_slice, sampler_for
 from model.evaluate import local_eval_sums, reduce_eval
 from model.guard import Guard, fault_point
@@ -321,6 +322,12 @@ def train(spec: Spec) -> int:
     mirror = Mirror(t["mirror_url"], tracker.event) if t.get("mirror_url") and rank == 0 else None
     loop = Loop(spec, dataset, sampler, tracker, Guard(tracker.event), mirror, rank, world,
                 flops_per_token(spec.model, t["seq_len"]), peak_tflops(device_name(), t.get("peak_tflops_per_gpu")))
+    if t.get("profile_steps"):  # preflight's communication profile: measure, write, stop (no checkpoint)
+        step = iter(range(start_step, start_step + t["profile_steps"] + 1))
+        result = profile_steps(lambda: train_step(engine, loop, next(step)), t["profile_steps"], spec.out_dir, rank)
+        if rank == 0:
+            print(f"communication share of step time: {result['comm_share']:.1%} ({result['backend']})", flush=True)
+        return EXIT_DONE
     stop = StopFlag()
     global_batch = t["micro_batch_size"] * world * t["grad_accum"]
     if rank == 0:

@@ -254,6 +254,8 @@ class PreflightConfig(Strict):
     nccl_tests_launcher: list[str] = Field(default_factory=list, description="prefix for nccl-tests across nodes, "
                                            "e.g. [mpirun, -np, '16', --hostfile, hosts]; empty: one process, all local GPUs")
     nvbandwidth_path: str | None = Field(None, description="nvbandwidth binary; None: search PATH")
+    comm_profile_steps: int = Field(3, ge=0, description="profile this many training steps on the configured ranks "
+                                    "and report the communication share (0: skip)")
     ignore_failures: bool = Field(False, description="train even when a check fails (recorded in the report)")
 
 
@@ -346,6 +348,8 @@ class TrainConfig(Strict):
     resume_tag: str | None = Field(None, description="resume from this checkpoint tag (e.g. step_00001000); None: the newest complete one")
     keep_last: int = Field(3, ge=1, description="complete checkpoints kept (the newest); older ones are deleted")
     keep_every: int = Field(0, ge=0, description="also keep every checkpoint whose step is a multiple of this (0: none)")
+    profile_steps: int = Field(0, ge=0, description="internal, set by preflight: profile this many steps, write "
+                               "the communication share and stop without a checkpoint")
     export_hf: bool = Field(True, description="export the final checkpoint to the Hugging Face Llama format "
                             "(<run_root>/train/hf/<tag>) when training finishes")
     mirror_url: str | None = Field(None, description="copy every complete checkpoint here in the background "

@@ -13,6 +13,7 @@ from tasks.clean.shards import ShardSpec, clean_shard
 from tasks.clean.stage import complete, prepare
 from tasks.preflight.checks import gate, run_checks
 from tasks.preflight.comm import check_comm_share
+from tasks.preflight.nodes import run_node_checks
 from tasks.tokenize import complete as complete_tokenize
 from tasks.tokenize import plan_reject_counts
 from tasks.tokenize import prepare as prepare_tokenize
@@ -91,10 +92,12 @@ def export_task(train_dir: str, tokenizer_dir: str, tag: str) -> dict:
 
 @task(name="health-checks")
 def preflight_task(cfg: PipelineConfig, run_root: str) -> dict:
-    checks = run_checks(cfg.preflight, Path(run_root))
+    root = Path(run_root)
+    node_checks, nodes = run_node_checks(cfg, root, root / "preflight")
+    checks = run_checks(cfg.preflight, root, nodes=max(1, len(nodes["hosts"]))) + node_checks
     if cfg.preflight.comm_profile_steps:
-        checks.append(check_comm_share(cfg, Path(run_root), get_run_logger().info))
-    return gate(checks, cfg.preflight.ignore_failures)
+        checks.append(check_comm_share(cfg, root, get_run_logger().info))
+    return {**gate(checks, cfg.preflight.ignore_failures), "nodes": nodes}
 
 
 @task(name="deepspeed-train")
@@ -206,10 +209,26 @@ def preflight_flow(config: PipelineConfig | str = DEFAULT_CONFIG, mlflow_parent_
     return report
 
 
+def without_dropped_nodes(cfg: PipelineConfig) -> PipelineConfig:
+    """The config with the nodes preflight dropped (preflight.drop_failing_nodes) left out."""
+    report = cfg.run_root_path() / "preflight" / "report.json"
+    if not report.is_file():
+        return cfg
+    from tasks.common.outputs import read_json
+    from tasks.launch import cluster_hosts
+
+    dropped = set(read_json(report).get("nodes", {}).get("dropped", []))
+    if not dropped:
+        return cfg
+    kept = [h for h in cluster_hosts(cfg.train) if h.name not in dropped]
+    print(f"training without the nodes preflight dropped: {sorted(dropped)}; on {[h.name for h in kept]}")
+    return cfg.model_copy(update={"train": cfg.train.model_copy(update={"hosts": kept, "hostfile": None})})
+
+
 @flow(name="train", log_prints=True)
 def train_flow(config: PipelineConfig | str = DEFAULT_CONFIG, mlflow_parent_run_id: str | None = None) -> dict:
     """Launch the DeepSpeed training program, stream its logs, and report the final checkpoint."""
-    cfg = resolve_config(config)
+    cfg = without_dropped_nodes(resolve_config(config))
     with stage_run(cfg, "train", mlflow_parent_run_id) as run:
         tracking.log_params(run.mlflow_uri, run.run_id, {"model": cfg.model.model_dump(), "train": cfg.train.model_dump()})
         env = {"MLFLOW_RUN_ID": run.run_id, "MLFLOW_TRACKING_URI": run.mlflow_uri}

@@ -254,6 +254,8 @@ class PreflightConfig(Strict):
     nccl_tests_launcher: list[str] = Field(default_factory=list, description="prefix for nccl-tests across nodes, "
                                            "e.g. [mpirun, -np, '16', --hostfile, hosts]; empty: one process, all local GPUs")
     nvbandwidth_path: str | None = Field(None, description="nvbandwidth binary; None: search PATH")
+    drop_failing_nodes: bool = Field(False, description="train on the nodes that passed: a node failing its checks "
+                                     "is left out of the hostfile the train stage uses (recorded in the report)")
     comm_profile_steps: int = Field(3, ge=0, description="profile this many training steps on the configured ranks "
                                     "and report the communication share (0: skip)")
     ignore_failures: bool = Field(False, description="train even when a check fails (recorded in the report)")

@@ -32,7 +32,8 @@ from pretrain.config import parse_config  # noqa: E402
 from tasks.clean.stage import run_clean  # noqa: E402
 from tasks.tokenize import run_tokenize  # noqa: E402
 from tasks.tokenizer import run_tokenizer  # noqa: E402
-from tasks.train import launcher_env, run_train  # noqa: E402
+from tasks.preflight.probe import free_port  # noqa: E402
+from tasks.train import launcher_env, remove_shm_buffers, run_train  # noqa: E402
 
 SKIP = 5
 
@@ -57,9 +58,13 @@ def program_steps(cfg, tmp: Path, k: int) -> list[float]:
 def bare_steps(cfg, tmp: Path, steps: int) -> list[float]:
     spec = tmp / "program-0" / "spec.json"
     deepspeed = str(Path(sys.executable).parent / "deepspeed")
-    proc = subprocess.run([deepspeed, "--num_gpus", str(cfg.train.num_gpus), str(ROOT / "benchmarks" / "_bare_deepspeed.py"),
-                           "--spec", str(spec), "--steps", str(steps)], capture_output=True, text=True,
-                          env=launcher_env(cfg.train, {}))
+    port = free_port()
+    try:
+        proc = subprocess.run([deepspeed, "--master_port", str(port), "--num_gpus", str(cfg.train.num_gpus),
+                               str(ROOT / "benchmarks" / "_bare_deepspeed.py"), "--spec", str(spec), "--steps", str(steps)],
+                              capture_output=True, text=True, env=launcher_env(cfg.train, {}))
+    finally:
+        remove_shm_buffers(port)
     if proc.returncode:
         raise RuntimeError(proc.stdout[-2000:] + proc.stderr[-2000:])
     line = next(ln for ln in reversed(proc.stdout.splitlines()) if '"step_seconds"' in ln)

@@ -80,8 +80,8 @@ def deepspeed_binary() -> str:
     return deepspeed
 
 
-def launcher_command(train: TrainConfig, spec_path: Path, hostfile: Path | None = None) -> list[str]:
-    cmd = [deepspeed_binary(), "--master_port", str(train.master_port or free_port())]
+def launcher_command(train: TrainConfig, spec_path: Path, hostfile: Path | None = None, port: int | None = None) -> list[str]:
+    cmd = [deepspeed_binary(), "--master_port", str(port or train.master_port or free_port())]
     if hostfile:
         cmd += ["--hostfile", str(hostfile)] + (["--master_addr", train.master_addr] if train.master_addr else [])
     else:
@@ -146,19 +146,36 @@ def launch(train: TrainConfig, spec_path: Path, env: dict[str, str], out_dir: Pa
            tail: deque) -> int:
     """One launcher (this node, or every node over ssh), or one per node (`train.launch: per_node`)."""
     hostfile = hostfile_for(train, out_dir)
-    if hostfile is None or train.launch == "ssh":
-        env = env_with_file(env, out_dir) if hostfile else env
-        return run_launcher(launcher_command(train, spec_path, hostfile), env, log_line, out_dir / "launcher.log", tail)
-    hosts = read_hostfile(hostfile)
-    program = ["--module", "model.train", "--spec", str(spec_path)]
-    cmds = node_commands(deepspeed_binary(), hostfile, hosts, master_address(train, hosts),
-                         train.master_port or free_port(), program, train.node_command, env)
+    port = train.master_port or free_port()
     try:
+        if hostfile is None or train.launch == "ssh":
+            env = env_with_file(env, out_dir) if hostfile else env
+            return run_launcher(launcher_command(train, spec_path, hostfile, port), env, log_line,
+                                out_dir / "launcher.log", tail)
+        hosts = read_hostfile(hostfile)
+        program = ["--module", "model.train", "--spec", str(spec_path)]
+        cmds = node_commands(deepspeed_binary(), hostfile, hosts, master_address(train, hosts), port, program,
+                             train.node_command, env)
         return run_nodes(cmds, env, lambda line: (tail.append(line), log_line(line)), out_dir / "launcher.log",
                          kill_group, _die_with_parent)
     except LaunchFailed as err:
         raise TrainingFailed(f"training crashed: {err}. See {out_dir / 'launcher.log'}. Newest complete checkpoint: "
                              f"{latest_complete(out_dir / 'checkpoints') or 'none'}.", err.exit_code) from None
+    finally:
+        remove_shm_buffers(port)
+
+
+def remove_shm_buffers(port: int) -> list[str]:
+    """DeepSpeed's CPU all-reduce buffers of this run (67 MB a rank in /dev/shm), which it never unlinks.
+
+    Left behind they fill /dev/shm, which is memory: a few hundred CPU runs
+    exhaust a 24 GB machine. This node's only; other nodes keep theirs.
+    """
+    removed = []
+    for path in Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_{os.getuid()}_*_{port}_*"):
+        path.unlink(missing_ok=True)
+        removed.append(path.name)
+    return removed
 
 
 def run_train(model: ModelConfig, train: TrainConfig, tokenizer_dir: Path, tokens_dir: Path, out_dir: Path,

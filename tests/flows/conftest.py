@@ -26,9 +26,13 @@ def run_flow(stage: str, data: dict, tmp: Path) -> dict:
     return json.loads(out[out.rindex("\n{\n") + 1:])
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def ray_cluster(tmp_path_factory):
-    """A real Ray head node on 127.0.0.1 with token auth, as a shared cluster would run."""
+    """A real Ray head node on 127.0.0.1 with token auth, as a shared cluster would run.
+
+    One per test, stopped right after it, with a small object store: a Ray head left
+    running holds gigabytes that the rest of the suite needs.
+    """
     pytest.importorskip("prefect_ray")
     token = tmp_path_factory.mktemp("ray") / "ray_token"
     token.write_text(secrets.token_hex(32))
@@ -38,7 +42,8 @@ def ray_cluster(tmp_path_factory):
     ray_bin = str(Path(sys.executable).parent / "ray")
     port = free_port()
     start = subprocess.run([ray_bin, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
-                            "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats"],
+                            "--num-cpus=2", "--object-store-memory=300000000", "--include-dashboard=false",
+                            "--disable-usage-stats"],
                            capture_output=True, text=True, timeout=180)
     assert start.returncode == 0, start.stdout[-2000:] + start.stderr[-2000:]
     try:

@@ -12,6 +12,7 @@ from model.checkpoint import complete_tags, read_meta
 from model.protocol import read_jsonl
 from pretrain.config import MixtureConfig
 from tasks.export import export_run_checkpoint
+from tasks.preflight.probe import free_port
 from tasks.train import TrainingFailed, deepspeed_config, launcher_command, run_train
 
 pytestmark = pytest.mark.slow
@@ -117,3 +118,15 @@ def test_every_zero_stage_trains_evaluates_and_resumes(prepared_run, tmp_path, s
     assert any(k.startswith("eval_ppl_") for m in read_jsonl(out / "metrics.jsonl") for k in m)
     result, lines = train(cfg, root, out, steps=3, save_every=3, zero_stage=stage)
     assert any("resumed from step_00000002 at step 2" in line for line in lines) and result["latest_step"] == 3
+
+
+def test_training_leaves_no_deepspeed_buffers_in_dev_shm(prepared_run, tmp_path):
+    from pathlib import Path
+
+    cfg, root = prepared_run
+    port = free_port()
+    before = set(Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_*_{port}_*"))
+    assert not before
+    result, lines = train(cfg, root, tmp_path / "train", steps=1, save_every=1, master_port=port)
+    assert result["exit_code"] == 0
+    assert not list(Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_*_{port}_*"))

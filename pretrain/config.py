@@ -254,6 +254,8 @@ class PreflightConfig(Strict):
     nccl_tests_launcher: list[str] = Field(default_factory=list, description="prefix for nccl-tests across nodes, "
                                            "e.g. [mpirun, -np, '16', --hostfile, hosts]; empty: one process, all local GPUs")
     nvbandwidth_path: str | None = Field(None, description="nvbandwidth binary; None: search PATH")
+    tool_json: bool = Field(False, description="read nccl-tests (-J, v2.16+) and nvbandwidth (-j) JSON output "
+                            "instead of their text (older builds reject the flag)")
     drop_failing_nodes: bool = Field(False, description="train on the nodes that passed: a node failing its checks "
                                      "is left out of the hostfile the train stage uses (recorded in the report)")
     comm_profile_steps: int = Field(3, ge=0, description="profile this many training steps on the configured ranks "
@@ -337,6 +339,8 @@ class TrainConfig(Strict):
     launch: Literal["ssh", "per_node"] = Field("ssh", description="multi-node: ssh = DeepSpeed's launcher reaches every "
                                                "node over ssh/pdsh from this one; per_node = one `deepspeed --no_ssh "
                                                "--node_rank k` per node, started through train.node_command")
+    ssh_launcher: Literal["pdsh", "openmpi", "mvapich", "slurm", "mpich", "impi"] = Field(
+        "pdsh", description="launch: ssh: how DeepSpeed's launcher reaches the nodes (its --launcher)")
     node_command: list[str] = Field(default_factory=list, description="per_node: prefix that runs a command on node "
                                     "{host} (e.g. [ssh, '{host}'] or [srun, -N1, -w, '{host}']); empty: start it here")
     master_addr: str | None = Field(None, description="rendezvous address; None: the first node's name")

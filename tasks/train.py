@@ -83,7 +83,8 @@ def deepspeed_binary() -> str:
 def launcher_command(train: TrainConfig, spec_path: Path, hostfile: Path | None = None, port: int | None = None) -> list[str]:
     cmd = [deepspeed_binary(), "--master_port", str(port or train.master_port or free_port())]
     if hostfile:
-        cmd += ["--hostfile", str(hostfile)] + (["--master_addr", train.master_addr] if train.master_addr else [])
+        cmd += ["--hostfile", str(hostfile), "--launcher", train.ssh_launcher]
+        cmd += ["--master_addr", train.master_addr] if train.master_addr else []
     else:
         cmd += ["--num_gpus", str(train.num_gpus)]
     return cmd + ["--module", "model.train", "--spec", str(spec_path)]

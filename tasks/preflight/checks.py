@@ -1,15 +1,18 @@
 """The preflight checks and the gate: each check is pass / warn / fail / not_available, graded by a hardware profile."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from pretrain.config import PreflightConfig
 from tasks.preflight.baselines import FAIL, PASS, WARN, grade, profile
-from tasks.preflight.parsers import nccl_summary, nvbandwidth_summary, parse_nccl_tests, parse_nvbandwidth
+from tasks.preflight.parsers import (nccl_summary, nvbandwidth_summary, parse_nccl_tests, parse_nccl_tests_json,
+                                     parse_nvbandwidth, parse_nvbandwidth_json)
 from tasks.preflight.probe import allreduce_probe
 from tasks.preflight.tools import find_tool, gpu_inventory, run_tool
 
@@ -115,8 +118,11 @@ def check_nccl_test(cfg: PreflightConfig, binary_name: str, key: str, limits: di
         return Check(name, NOT_AVAILABLE, f"{binary_name} not found", "installed (infra/build_gpu_tools.sh)")
     gpus = len(gpu_inventory() or []) or 1
     cmd = [*cfg.nccl_tests_launcher, binary, "-b", "8M", "-e", "1G", "-f", "2", "-g", "1" if cfg.nccl_tests_launcher else str(gpus)]
-    code, out = run_tool(cmd)
-    s = nccl_summary(parse_nccl_tests(out))
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / f"{binary_name}.json"
+        code, out = run_tool(cmd + (["-J", str(report)] if cfg.tool_json else []))
+        parsed = parse_nccl_tests_json(json.loads(report.read_text())) if report.is_file() else parse_nccl_tests(out)
+    s = nccl_summary(parsed)
     if code != 0 or not s["complete"] or s["failed"]:
         why = "no footer (killed or truncated)" if not s["complete"] else "wrong values or FAILED footer"
         return Check(name, FAIL, f"exit {code}: {why}", "a complete run with correct values", out[-500:])
@@ -130,8 +136,10 @@ def check_nvbandwidth(cfg: PreflightConfig, test: str, key: str, limits: dict | 
     binary = cfg.nvbandwidth_path or find_tool("nvbandwidth")
     if binary is None:
         return Check(name, NOT_AVAILABLE, "nvbandwidth not found", "installed (infra/build_gpu_tools.sh)")
-    code, out = run_tool([binary, "-t", test])
-    summary = nvbandwidth_summary(parse_nvbandwidth(out)).get(test)
+    code, out = run_tool([binary, "-t", test] + (["-j"] if cfg.tool_json else []))
+    parsed = parse_nvbandwidth_json(json.loads(out[out.index("{"):])) if cfg.tool_json and "{" in out \
+        else parse_nvbandwidth(out)
+    summary = nvbandwidth_summary(parsed).get(test)
     if code != 0 or not summary or summary["min"] is None:
         return Check(name, FAIL if code else NOT_AVAILABLE, f"exit {code}", f"a {test} matrix", out[-500:])
     return graded(name, summary["min"], "GB/s slowest", limits, key,

@@ -138,3 +138,79 @@ def nvbandwidth_summary(parsed: dict) -> dict[str, dict]:
         summary[name] = {"sum": test.get("sum"), "min": min(cells, default=None), "max": max(cells, default=None),
                          "cells": len(cells)}
     return summary
+
+
+def _find_key(node, key: str):
+    """The first value of `key` anywhere in a JSON document (depth first)."""
+    if isinstance(node, dict):
+        if key in node:
+            return node[key]
+        children = node.values()
+    elif isinstance(node, list):
+        children = node
+    else:
+        return None
+    for child in children:
+        found = _find_key(child, key)
+        if found is not None:
+            return found
+    return None
+
+
+def _json_result(r: dict | None) -> dict | None:
+    if not r:
+        return None
+    time_us = r.get("time", r.get("cpu_time"))
+    wrong = r.get("nwrong")
+    return {"time_us": float(time_us), "algbw": float(r["alg_bw"]), "busbw": float(r["bus_bw"]),
+            "wrong": None if wrong in (None, "nan") else float(wrong)}
+
+
+def parse_nccl_tests_json(doc: dict) -> dict:
+    """nccl-tests' `-J file` output (format version 2 of its util.cu writer), in parse_nccl_tests' shape.
+
+    The writer nests sections by where the test is in its run; the sections
+    are looked up by name, so an extra level of nesting does not matter.
+    """
+    config = _find_key(doc, "config") or {}
+    rows = []
+    for r in _find_key(doc, "results") or []:
+        oop, ip = _json_result(r.get("out_of_place")), _json_result(r.get("in_place"))
+        root = r.get("root")
+        rows.append({"size": int(r["size"]), "count": int(r["count"]), "type": r["type"], "redop": r["redop"],
+                     "root": int(root) if root not in (None, "") and str(root).strip().lstrip("-").isdigit() else None,
+                     "out_of_place": oop or ip, "in_place": ip or oop})
+    oob = _find_key(doc, "out_of_bounds")
+    avg = _find_key(doc, "average_bus_bandwidth")
+    okay = avg.get("okay") if avg else None
+    return {
+        "version": str(doc.get("version")) if doc.get("version") is not None else None,
+        "test": None,
+        "config": {"nthread": config.get("nthreads"), "ngpus": config.get("ngpus"),
+                   "min_bytes": config.get("minimum_bytes"), "max_bytes": config.get("maximum_bytes")} if config else None,
+        "devices": [{"rank": d.get("rank"), "group": d.get("group"), "pid": d.get("pid"), "host": d.get("hostname"),
+                     "device": d.get("device"), "pci": d.get("device_hex"), "name": d.get("device_info")}
+                    for d in (_find_key(doc, "devices") or [])],
+        "rows": rows,
+        "out_of_bounds": {"count": int(oob["count"]), "ok": oob.get("okay") in (True, "true")} if oob else None,
+        "avg_busbw": float(avg["bandwidth"]) if avg else None,
+        "avg_busbw_check": None if okay in (None, "unchecked") else "OK" if okay in (True, "true") else "FAILED",
+        "errors": [e for e in (_find_key(doc, "errors") or []) if e],
+        "complete": avg is not None,
+    }
+
+
+def parse_nvbandwidth_json(doc: dict) -> dict:
+    """nvbandwidth's `-j` output ({"nvbandwidth": {"testcases": [...]}}), in parse_nvbandwidth's shape."""
+    root = doc.get("nvbandwidth", doc)
+    tests = {}
+    for case in root.get("testcases", []):
+        matrix = case.get("bandwidth_matrix") or []
+        tests[case["name"]] = {
+            "title": case.get("bandwidth_description"),
+            "columns": list(range(len(matrix[0]))) if matrix else [],
+            "rows": {i: [_number(str(cell).strip()) for cell in row] for i, row in enumerate(matrix)},
+            "sum": float(case["sum"]) if "sum" in case else None,
+            "status": case.get("status"), "error": case.get("error"),
+        }
+    return {"version": root.get("version"), "devices": [], "tests": tests, "error": root.get("error")}

@@ -83,8 +83,10 @@ def test_deepspeed_config_and_command(tiny_cfg, tmp_path):
     cmd = launcher_command(tiny_cfg.train, tmp_path / "spec.json")
     assert cmd[-4:] == ["--module", "model.train", "--spec", str(tmp_path / "spec.json")]
     assert "--num_gpus" in cmd
-    multi = launcher_command(tiny_cfg.train, tmp_path / "s.json", tmp_path / "hosts")
+    multi = launcher_command(tiny_cfg.train.model_copy(update={"ssh_launcher": "slurm"}), tmp_path / "s.json",
+                             tmp_path / "hosts")
     assert "--hostfile" in multi and "--num_gpus" not in multi
+    assert multi[multi.index("--launcher") + 1] == "slurm"
 
 
 def test_resume_refuses_a_checkpoint_of_another_model(prepared_run, tmp_path):

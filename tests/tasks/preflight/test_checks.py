@@ -99,3 +99,23 @@ def test_nvbandwidth_check_grades_the_slowest_gpu(tmp_path):
     cfg = PreflightConfig(nvbandwidth_path=binary)
     check = check_nvbandwidth(cfg, "host_to_device_memcpy_ce", "h2d_gbps", {"pass": 24.0, "warn": 20.0})
     assert check.status == WARN and check.measured == "23.9 GB/s slowest" and "SUM 205.04" in check.detail
+
+
+def test_checks_read_the_tools_json_output_when_asked(tmp_path):
+    import json
+
+    from tests.tasks.preflight.test_parsers import NCCL_JSON, NVB_JSON
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    # stand-ins that behave like the tools: nccl-tests writes its -J file, nvbandwidth -j prints JSON
+    (bin_dir / "report.json").write_text(json.dumps(NCCL_JSON))
+    nccl = bin_dir / "all_reduce_perf"
+    nccl.write_text(f'#!/bin/sh\nwhile [ $# -gt 0 ]; do [ "$1" = -J ] && cp "{bin_dir}/report.json" "$2"; shift; done\n')
+    nccl.chmod(0o755)
+    nvb = tool_printing(bin_dir, "nvbandwidth", None, text=json.dumps(NVB_JSON))
+    cfg = PreflightConfig(nccl_tests_dir=str(bin_dir), nvbandwidth_path=nvb, tool_json=True)
+    check = check_nccl_test(cfg, "all_reduce_perf", "allreduce_busbw_gbps", {"pass": 80.0, "warn": 60.0})
+    assert check.status == PASS and check.measured == "84.8558 GB/s avg busbw"
+    h2d = check_nvbandwidth(cfg, "host_to_device_memcpy_ce", "h2d_gbps", {"pass": 24.0, "warn": 20.0})
+    assert h2d.status == WARN and h2d.measured == "23.9 GB/s slowest"

@@ -91,3 +91,59 @@ def test_nvbandwidth_v08_device_line_with_pci_id_and_notes():
     assert p["devices"] == [{"index": 0, "name": "NVIDIA A100-SXM4-40GB", "pci": "00000000:99:00"}]
     assert p["tests"]["host_to_device_memcpy_sm"]["rows"] == {0: [25.13]}
     assert p["tests"]["host_to_device_memcpy_sm"]["sum"] == 25.13
+
+
+# No recorded -J output is at hand: this document is written the way nccl-tests' src/util.cu
+# (JSON_FILE_VERSION 2) writes one, values taken from the n2 fixture's rows and footer.
+NCCL_JSON = {
+    "version": 2, "start_time": "2025-11-30 10:00:00", "args": ["all_reduce_perf", "-J", "out.json"], "env": [],
+    "nccl_version": 22703,
+    "config": {"nthreads": 1, "ngpus": 1, "minimum_bytes": 8, "maximum_bytes": 134217728, "step_bytes": 1048576,
+               "warmup_iters": 5, "iterations": 20, "aggregated_iterations": 1, "validation": 1, "graph": 0,
+               "blocking_collectives": "false", "per_iter_timing": "false", "parallel_init": "false",
+               "devices": [{"rank": 0, "group": 0, "pid": 3621216, "hostname": "pod01", "device": 0,
+                            "device_hex": "0x10", "device_info": "NVIDIA A100-SXM4-40GB"}]},
+    "results": [
+        {"size": 132120584, "count": 33030146, "type": "float", "redop": "sum", "root": "    -1",
+         "out_of_place": {"time": 2644.1, "alg_bw": 49.97, "bus_bw": 95.77, "nwrong": 0.0},
+         "in_place": {"time": 2619.1, "alg_bw": 50.45, "bus_bw": 96.69, "nwrong": 0.0},
+         "actual_iterations": 20, "experiment_name": "all_reduce_perf"}],
+    "out_of_bounds": {"count": 0, "okay": "true"},
+    "average_bus_bandwidth": {"bandwidth": 84.8558, "okay": "unchecked"},
+    "errors": [], "end_time": "2025-11-30 10:00:09",
+}
+
+
+def test_nccl_tests_json_output_reads_like_the_text():
+    from tasks.preflight.parsers import parse_nccl_tests_json
+
+    from_json = parse_nccl_tests_json(NCCL_JSON)
+    text = parse_nccl_tests(fixture("nccl-tests", "n2_3node_a100_ib_tail.txt"))
+    assert from_json["rows"][0] == text["rows"][0]
+    assert nccl_summary(from_json)["avg_busbw"] == nccl_summary(text)["avg_busbw"] == 84.8558
+    assert from_json["devices"][0]["host"] == "pod01" and from_json["complete"] and not nccl_summary(from_json)["failed"]
+    failed = {**NCCL_JSON, "out_of_bounds": {"count": 3, "okay": "false"}}
+    assert nccl_summary(parse_nccl_tests_json(failed))["failed"]
+    assert not parse_nccl_tests_json({k: v for k, v in NCCL_JSON.items() if k != "average_bus_bandwidth"})["complete"]
+
+
+# Written the way nvbandwidth's json_output.cpp writes `-j` output (cells are strings), with the v1 fixture's values.
+NVB_JSON = {"nvbandwidth": {
+    "version": "v0.2", "git_version": "6cefdda", "CUDA Runtime Version": 12030, "Driver Version": "545.29.06",
+    "testcases": [{"name": "host_to_device_memcpy_ce", "status": "Passed",
+                   "bandwidth_description": "memcpy CE CPU(row) -> GPU(column) bandwidth (GB/s)",
+                   "bandwidth_matrix": [["25.5", "24.26", "23.9", "26.3", "26.28", "26.38", "26.09", "26.31"]],
+                   "sum": 205.04},
+                  {"name": "device_to_device_memcpy_read_ce", "status": "Waived"}]}}
+
+
+def test_nvbandwidth_json_output_reads_like_the_text():
+    from tasks.preflight.parsers import parse_nvbandwidth_json
+
+    from_json = parse_nvbandwidth_json(NVB_JSON)
+    text = parse_nvbandwidth(fixture("nvbandwidth", "v1_v0.2_8x_rtx4090_h2d.txt"))
+    name = "host_to_device_memcpy_ce"
+    assert from_json["tests"][name]["rows"] == text["tests"][name]["rows"]
+    assert nvbandwidth_summary(from_json)[name] == nvbandwidth_summary(text)[name]
+    assert from_json["tests"]["device_to_device_memcpy_read_ce"]["status"] == "Waived"
+    assert nvbandwidth_summary(from_json)["device_to_device_memcpy_read_ce"]["min"] is None

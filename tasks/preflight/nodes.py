@@ -56,6 +56,10 @@ def node_checks(report: dict, cfg: PipelineConfig) -> list[Check]:
     free = report["free_gb_run_root"]
     checks.append(Check(f"free_disk[{name}]", PASS if free is not None and free >= cfg.preflight.min_free_gb else FAIL,
                         f"{free:.1f} GB" if free is not None else "run root missing", f">= {cfg.preflight.min_free_gb} GB"))
+    shm = report.get("shm_free_gb")
+    checks.append(Check(f"dev_shm[{name}]", PASS if shm is not None and shm >= 1.0 else WARN,
+                        f"{shm:.1f} GB free" if shm is not None else "no /dev/shm", ">= 1 GB free",
+                        "NCCL and staged shards use it"))
     checks.append(Check(f"shared_storage[{name}]", PASS if report["sees_shared_marker"] else FAIL,
                         "sees the run root" if report["sees_shared_marker"] else "does not see the marker",
                         "the same run root as the launching node (NFS)"))

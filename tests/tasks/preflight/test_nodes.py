@@ -26,6 +26,7 @@ def test_every_node_is_probed_for_clock_disk_and_shared_storage(tmp_path):
         assert by_name[f"node_reachable[{host}]"].status == PASS
         assert by_name[f"clock_skew[{host}]"].status == PASS  # the same clock
         assert by_name[f"shared_storage[{host}]"].status == PASS and by_name[f"free_disk[{host}]"].status == PASS
+        assert by_name[f"dev_shm[{host}]"].status == PASS
     assert nodes["dropped"] == [] and not list((tmp_path / "run").glob(".preflight-shared-*"))
 
 

@@ -319,6 +319,7 @@ class GlobalSampler:
         self.state = state or SamplerState()
         self.blend = BlendSchedule(weights) if len(self.sizes) > 1 else None
         self._perms: dict[int, tuple[int, np.ndarray]] = {}
+        self.last_positions: list[int] = []  # positions of the last global batch (skipped ones left out)
 
     def _permuted(self, pool: int, q: int) -> int:
         epoch, k = divmod(q, self.sizes[pool])
@@ -349,10 +350,11 @@ class GlobalSampler:
 
     def next_global_batch(self, global_batch: int) -> list[int]:
         """Sample ids of the next global batch; advances consumed_samples past skipped ranges."""
-        ids, pos = [], self.state.consumed_samples
+        ids, pos, self.last_positions = [], self.state.consumed_samples, []
         while len(ids) < global_batch:
             pos = self._skip(pos)
             ids.append(self.sample_at(pos))
+            self.last_positions.append(pos)
             pos += 1
         self.state.consumed_samples = pos
         return ids

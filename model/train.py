@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import signal
@@ -25,6 +26,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from model import checkpoint as ckpt
+from model.anomaly import Anomaly, AnomalyDetector, DetectorSettings, StepRecord
 from model.comm_profile import profile_steps
 from model.data import CHANNELS, DataError, GlobalSampler, SamplerState, TokenDataset, rank_slice, sampler_for
 from model.evaluate import local_eval_sums, reduce_eval
@@ -33,7 +35,7 @@ from model.llama import ModelArgs, Transformer, count_parameters, flops_per_toke
 from model.mirror import Mirror
 from model.perf import device_name, memory_gb, mfu, peak_tflops
 from model.staging import StagingError, stage_tokens, staged_path
-from model.protocol import EVENTS_FILE, EXIT_CONFIG, EXIT_DONE, EXIT_STOPPED, METRICS_FILE
+from model.protocol import EVENTS_FILE, EXIT_ANOMALY, EXIT_CONFIG, EXIT_DONE, EXIT_STOPPED, METRICS_FILE
 from model.schedule import cosine_lr, wsd_lr
 from model.tracking import NullTracker, Rank0Tracker
 
@@ -106,10 +108,11 @@ def mixture_plan(dataset: TokenDataset, sampler: GlobalSampler, planned_samples:
 
 
 def lr_at(step: int, t: dict) -> float:
+    scale = t.get("lr_scale", 1.0)
     if t.get("schedule", "cosine") == "wsd":
-        return wsd_lr(step, lr=t["lr"], min_lr=t["min_lr"], warmup=t["warmup_steps"], total=t["steps"],
-                      decay_frac=t.get("decay_frac", 0.2))
-    return cosine_lr(step, lr=t["lr"], min_lr=t["min_lr"], warmup=t["warmup_steps"], total=t["steps"])
+        return scale * wsd_lr(step, lr=t["lr"], min_lr=t["min_lr"], warmup=t["warmup_steps"], total=t["steps"],
+                              decay_frac=t.get("decay_frac", 0.2))
+    return scale * cosine_lr(step, lr=t["lr"], min_lr=t["min_lr"], warmup=t["warmup_steps"], total=t["steps"])
 
 
 def batch_tensors(dataset: TokenDataset, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -198,7 +201,7 @@ def resume(engine, spec: Spec, rank: int, world: int) -> tuple[int, SamplerState
     named = spec.train.get("resume_tag")
     tag = named or ckpt.latest_complete(ckpt_dir)
     if tag is None:
-        return 0, SamplerState()
+        return 0, with_skips(SamplerState(), spec.train.get("skip_ranges", []))
     if not ckpt.is_complete(ckpt_dir, tag):
         raise ResumeMismatch(f"train.resume_tag={tag!r} is not a complete checkpoint under {ckpt_dir}; "
                              f"complete ones: {ckpt.complete_tags(ckpt_dir)}")
@@ -220,7 +223,14 @@ def resume(engine, spec: Spec, rank: int, world: int) -> tuple[int, SamplerState
         set_rng_state(torch.load(rng_file, weights_only=False))
     if rank == 0:
         print(f"resumed from {tag} at step {meta['step']}", flush=True)
-    return meta["step"], SamplerState.from_dict(meta["data_position"])
+    state = SamplerState.from_dict(meta["data_position"])
+    return meta["step"], with_skips(state, spec.train.get("skip_ranges", []))
+
+
+def with_skips(state: SamplerState, ranges) -> SamplerState:
+    """The checkpoint's data position plus the skip-ahead ranges of the spec (set by the recovery flow)."""
+    merged = sorted({(int(a), int(b)) for a, b in [*state.skipped, *ranges]})
+    return SamplerState(state.consumed_samples, merged)
 
 
 @dataclass
@@ -232,6 +242,7 @@ class Loop:
     tracker: object
     guard: Guard
     mirror: Mirror | None
+    detector: AnomalyDetector | None
     rank: int
     world: int
     flops_per_token: float
@@ -248,12 +259,16 @@ def train_step(engine, loop: Loop, step: int) -> dict:
     lr = lr_at(step, t)
     for group in engine.optimizer.param_groups:
         group["lr"] = lr
+    position_start = loop.sampler.state.consumed_samples
     batch = loop.sampler.next_global_batch(micro * world * accum)
+    poisoned = nan_injected(loop.sampler.last_positions)
     sums = torch.zeros(2, len(CHANNELS))
     loss_total = 0.0
     for k in range(accum):
         ids = rank_slice(batch[k * micro * world:(k + 1) * micro * world], loop.rank, world)
         loss = step_loss(engine, *batch_tensors(loop.dataset, ids), sums)
+        if poisoned:
+            loss = loss * float("nan")
         engine.backward(loss)
         engine.step()
         loss_total += loss.item() / accum
@@ -263,6 +278,7 @@ def train_step(engine, loop: Loop, step: int) -> dict:
     dt = time.perf_counter() - t0
     tokens_per_s = len(batch) * t["seq_len"] / dt
     metrics = {"loss": loss_t.item() / world, "lr": lr, "tokens_per_s": tokens_per_s, "step_time_s": dt,
+               "position_start": position_start,
                "consumed_samples": loop.sampler.state.consumed_samples,
                "tflops_per_s": loop.flops_per_token * tokens_per_s / 1e12}
     norm = engine.get_global_grad_norm()
@@ -272,6 +288,24 @@ def train_step(engine, loop: Loop, step: int) -> dict:
         if sums[1, c] > 0:
             metrics[f"loss_{name}"] = (sums[0, c] / sums[1, c]).item()
     return metrics
+
+
+def nan_injected(positions: list[int]) -> bool:
+    """Fault injection: PRETRAIN_NAN_POSITIONS="a-b" makes the loss NaN when a sample of positions [a, b) is trained on."""
+    spec = os.environ.get("PRETRAIN_NAN_POSITIONS")
+    if not spec:
+        return False
+    a, b = (int(x) for x in spec.split("-"))
+    return any(a <= p < b for p in positions)
+
+
+def check_anomaly(loop: Loop, step: int, metrics: dict) -> Anomaly | None:
+    """Feed the detector this step's global figures; identical on every rank, so every rank agrees."""
+    if loop.detector is None:
+        return None
+    channels = {k.removeprefix("loss_"): v for k, v in metrics.items() if k.startswith("loss_")}
+    return loop.detector.update(StepRecord(step, metrics["loss"], metrics.get("grad_norm"), metrics["position_start"],
+                                           metrics["consumed_samples"], channels))
 
 
 def report_step(loop: Loop, step: int, metrics: dict) -> None:
@@ -297,6 +331,8 @@ def run_eval(engine, loop: Loop, step: int) -> None:
         if loop.rank == 0:
             loop.tracker.event({"event": "eval_skipped", "step": step})
         return
+    if loop.detector is not None:  # mean log-perplexity: the divergence rule compares eval trends
+        loop.detector.observe_eval(step, sum(math.log(v) for v in result.values()) / len(result))
     loop.guard.run("eval metrics", loop.tracker.log, step, result)
     if loop.rank == 0:
         print(f"eval step {step}: " + " ".join(f"{k}={v:.2f}" for k, v in result.items()), flush=True)
@@ -320,7 +356,10 @@ def train(spec: Spec) -> int:
     start_step, state = resume(engine, spec, rank, world)
     sampler = sampler_for(dataset, t["seed"], state, mixture["weights"] if mixture else None)
     mirror = Mirror(t["mirror_url"], tracker.event) if t.get("mirror_url") and rank == 0 else None
-    loop = Loop(spec, dataset, sampler, tracker, Guard(tracker.event), mirror, rank, world,
+    anomaly = t.get("anomaly") or {}
+    detector = AnomalyDetector(DetectorSettings.from_dict({k: v for k, v in anomaly.items() if k != "enabled"})) \
+        if anomaly.get("enabled", True) else None
+    loop = Loop(spec, dataset, sampler, tracker, Guard(tracker.event), mirror, detector, rank, world,
                 flops_per_token(spec.model, t["seq_len"]), peak_tflops(device_name(), t.get("peak_tflops_per_gpu")))
     if t.get("profile_steps"):  # preflight's communication profile: measure, write, stop (no checkpoint)
         step = iter(range(start_step, start_step + t["profile_steps"] + 1))
@@ -342,6 +381,15 @@ def train(spec: Spec) -> int:
         metrics = train_step(engine, loop, step)
         if (step + 1) % t["log_every"] == 0 or step == start_step:
             loop.guard.run("metrics", report_step, loop, step + 1, metrics)
+        found = check_anomaly(loop, step + 1, metrics)
+        if found is not None:  # no checkpoint: the recovery rolls back to one from before the trouble
+            tracker.event(found.event())
+            if rank == 0:
+                print(f"anomaly {found.kind} at step {found.step} ({found.detail}); onset step {found.onset_step}, "
+                      f"positions {found.onset_position}..{found.position_end}", flush=True)
+            finish(loop)
+            dist.barrier()  # leave together: a rank tearing down while another still talks aborts it
+            return EXIT_ANOMALY
         if t.get("eval_every") and (step + 1) % t["eval_every"] == 0:
             run_eval(engine, loop, step + 1)
         done = step + 1 == t["steps"]

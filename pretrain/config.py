@@ -317,6 +317,20 @@ class MixtureConfig(Strict):
         return self
 
 
+class AnomalyConfig(Strict):
+    """Loss-anomaly detection in the training program (model/anomaly.py); on a hit it writes an event and exits 42."""
+    enabled: bool = True
+    window: int = Field(50, ge=2, description="steps of history the rules compare against")
+    warmup: int = Field(20, ge=1, description="steps of history before the spike rules apply")
+    loss_ratio: float = Field(2.0, gt=1, description="loss above this x the rolling median is a spike")
+    loss_zscore: float = Field(6.0, gt=0, description="loss this many standard deviations above the window mean is a spike")
+    grad_ratio: float = Field(10.0, gt=1, description="grad norm above this x its rolling median is an explosion")
+    channel_ratio: float = Field(2.5, gt=1, description="a channel's loss above this x its own median is a spike")
+    patience: int = Field(1, ge=1, description="consecutive offending steps before acting (non-finite acts at once)")
+    divergence_window: int = Field(0, ge=0, description="train and eval loss both rising over this many steps (0: off)")
+    onset_grad_ratio: float = Field(2.0, gt=1, description="grad norm above this x median marks the onset of trouble")
+
+
 class TrainConfig(Strict):
     seq_len: int = Field(gt=0)
     micro_batch_size: int = Field(gt=0, description="samples per rank per micro step")
@@ -354,6 +368,10 @@ class TrainConfig(Strict):
     resume_tag: str | None = Field(None, description="resume from this checkpoint tag (e.g. step_00001000); None: the newest complete one")
     keep_last: int = Field(3, ge=1, description="complete checkpoints kept (the newest); older ones are deleted")
     keep_every: int = Field(0, ge=0, description="also keep every checkpoint whose step is a multiple of this (0: none)")
+    anomaly: AnomalyConfig = AnomalyConfig()
+    skip_ranges: list[tuple[int, int]] = Field(default_factory=list, description="sampler positions [start, end) "
+                                               "never trained on (set by skip-ahead; recorded with each checkpoint)")
+    lr_scale: float = Field(1.0, gt=0, le=1, description="multiplies the schedule (lowered by escalation)")
     profile_steps: int = Field(0, ge=0, description="internal, set by preflight: profile this many steps, write "
                                "the communication share and stop without a checkpoint")
     export_hf: bool = Field(True, description="export the final checkpoint to the Hugging Face Llama format "

@@ -16,7 +16,7 @@ from typing import Callable
 from model.checkpoint import latest_complete, read_meta
 from model.data import read_manifest
 from model.llama import ModelArgs
-from model.protocol import EXIT_CONFIG, EXIT_DONE, EXIT_STOPPED, SPEC_FILE
+from model.protocol import EXIT_ANOMALY, EXIT_CONFIG, EXIT_DONE, EXIT_STOPPED, SPEC_FILE
 from pretrain.config import ModelConfig, TrainConfig
 from tasks.common.outputs import read_json, require_complete
 from tasks.launch import (LaunchFailed, env_with_file, hostfile_for, master_address, node_commands, read_hostfile,
@@ -191,6 +191,7 @@ def run_train(model: ModelConfig, train: TrainConfig, tokenizer_dir: Path, token
     if code == EXIT_DONE:
         return result
     what = {EXIT_STOPPED: "stopped by SIGTERM after saving a checkpoint",
+            EXIT_ANOMALY: "stopped on a loss anomaly (see the anomaly event in events.jsonl)",
             EXIT_CONFIG: "stopped on bad settings or data (a retry will not help)"}.get(code, "crashed")
     raise TrainingFailed(f"training {what} (exit code {code}); see {out_dir / 'launcher.log'}. "
                          f"Newest complete checkpoint: {tag or 'none'}.{rank_errors(tail)}", code)

@@ -80,3 +80,29 @@ def test_complete_checkpoints_are_mirrored_to_an_fsspec_url(prepared_run, tmp_pa
     events = read_jsonl(out / "events.jsonl")
     assert [e["tag"] for e in events if e["event"] == "checkpoint_mirrored"] == ["step_00000002", "step_00000004"]
     assert complete_tags(out / "checkpoints") == ["step_00000004"]
+
+
+def test_injected_nan_loss_is_an_anomaly_event_and_exit_42(prepared_run, tmp_path):
+    cfg, root = prepared_run
+    out = tmp_path / "train"
+    per_step = cfg.train.micro_batch_size * 2 * cfg.train.grad_accum
+    nan_at = f"{2 * per_step}-{3 * per_step}"  # the samples of step 3
+    with pytest.raises(TrainingFailed, match="loss anomaly") as err:
+        train(cfg, root, out, env={"PRETRAIN_NAN_POSITIONS": nan_at}, steps=6, save_every=2)
+    assert err.value.exit_code == 42
+    anomaly = next(e for e in read_jsonl(out / "events.jsonl") if e["event"] == "anomaly")
+    assert anomaly["kind"] == "non_finite" and anomaly["step"] == 3 and anomaly["position_end"] == 3 * per_step
+    assert complete_tags(out / "checkpoints") == ["step_00000002"]  # nothing saved after the anomaly
+
+
+def test_skip_ranges_in_the_config_are_never_trained_on(prepared_run, tmp_path):
+    cfg, root = prepared_run
+    per_step = cfg.train.micro_batch_size * 2 * cfg.train.grad_accum
+    poisoned = (2 * per_step, 3 * per_step)
+    result, _ = train(cfg, root, tmp_path / "train", env={"PRETRAIN_NAN_POSITIONS": "-".join(map(str, poisoned))},
+                      steps=4, save_every=4, skip_ranges=[poisoned])
+    assert result["exit_code"] == 0  # the NaN samples were skipped
+    from model.checkpoint import read_meta
+
+    position = read_meta(tmp_path / "train" / "checkpoints", "step_00000004")["data_position"]
+    assert position["skipped"] == [list(poisoned)] and position["consumed_samples"] == 5 * per_step

@@ -38,11 +38,17 @@ def fault_point(name: str, rank: int) -> None:
     """Fault injection for drills and tests: PRETRAIN_FAULTS="eval,metrics,kill_during_save@1".
 
     `name` fails on every rank, `name@r` only on rank r; kill_during_save dies
-    with SIGKILL (no cleanup, as when a node is lost), the others raise.
+    with SIGKILL (no cleanup, as when a node is lost), the others raise. With
+    PRETRAIN_FAULTS_ONCE_FILE set, a fault fires once (the file marks it fired).
     """
     wanted = {f.strip() for f in os.environ.get(FAULTS_ENV, "").split(",") if f.strip()}
     if name not in wanted and f"{name}@{rank}" not in wanted:
         return
+    once = os.environ.get("PRETRAIN_FAULTS_ONCE_FILE")  # a drill that should hit one attempt, not every relaunch
+    if once:
+        if os.path.exists(once):
+            return
+        open(once, "w").close()
     if name.startswith("kill"):
         os.kill(os.getpid(), signal.SIGKILL)
     raise RuntimeError(f"injected fault '{name}' on rank {rank} ({FAULTS_ENV})")

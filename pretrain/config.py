@@ -331,6 +331,17 @@ class AnomalyConfig(Strict):
     onset_grad_ratio: float = Field(2.0, gt=1, description="grad norm above this x median marks the onset of trouble")
 
 
+class RecoveryConfig(Strict):
+    """What the monitored training does when an attempt ends early (tasks/recovery.py)."""
+    enabled: bool = Field(True, description="relaunch after anomalies and crashes; off: the first failure fails the stage")
+    rollback_gap_steps: int = Field(100, ge=0, description="roll back to a checkpoint at least this many steps before the onset")
+    skip_margin_steps: int = Field(200, ge=0, description="skip the data up to this many steps' worth past the anomaly")
+    widen_factor: int = Field(2, ge=1, description="the same region again: the margin grows by this factor each time")
+    lr_factor: float = Field(0.5, gt=0, le=1, description="a third spike in one region: the learning rate is multiplied by this")
+    max_rollbacks: int = Field(5, ge=0, description="then the flow fails with a report for a person")
+    max_crash_retries: int = Field(3, ge=0, description="resumes after crashes that are not anomalies (a killed rank, a lost node)")
+
+
 class TrainConfig(Strict):
     seq_len: int = Field(gt=0)
     micro_batch_size: int = Field(gt=0, description="samples per rank per micro step")
@@ -369,6 +380,7 @@ class TrainConfig(Strict):
     keep_last: int = Field(3, ge=1, description="complete checkpoints kept (the newest); older ones are deleted")
     keep_every: int = Field(0, ge=0, description="also keep every checkpoint whose step is a multiple of this (0: none)")
     anomaly: AnomalyConfig = AnomalyConfig()
+    recovery: RecoveryConfig = RecoveryConfig()
     skip_ranges: list[tuple[int, int]] = Field(default_factory=list, description="sampler positions [start, end) "
                                                "never trained on (set by skip-ahead; recorded with each checkpoint)")
     lr_scale: float = Field(1.0, gt=0, le=1, description="multiplies the schedule (lowered by escalation)")

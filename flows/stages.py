@@ -4,8 +4,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_markdown_artifact
 
-from flows.common import markdown_artifact, stage_run, table_artifact
+from flows.common import artifact_key, markdown_artifact, stage_run, table_artifact
 from flows.executors import map_on
 from pretrain.config import CleanConfig, PipelineConfig, TokenizeConfig, resolve_config
 from tasks import tracking
@@ -21,7 +22,6 @@ from tasks.tokenize.parts import PartSettings, PartSpec, tokenize_part
 from tasks.tokenize.rejects import RULE_TOKENS, RejectSpec, count_rejected
 from tasks.tokenize.rejects import rule_table as rule_token_table
 from tasks.tokenizer import run_tokenizer
-from tasks.train import run_train
 
 DEFAULT_CONFIG = "configs/tiny.yaml"
 
@@ -100,13 +100,33 @@ def preflight_task(cfg: PipelineConfig, run_root: str) -> dict:
     return {**gate(checks, cfg.preflight.ignore_failures), "nodes": nodes}
 
 
-@task(name="deepspeed-train")
-def train_task(cfg: PipelineConfig, tokenizer_dir: str, tokens_dir: str, out_dir: str, mlflow_env: dict) -> dict:
-    from pathlib import Path
+@flow(name="rollback", log_prints=True)
+def rollback_flow(decision: dict, train_dir: str, key_prefix: str = "train") -> list[str]:
+    """Set aside the checkpoints after the rollback target, so training goes on from before the trouble."""
+    from tasks.monitored import roll_back
+    from tasks.recovery import Decision
 
-    logger = get_run_logger()
-    return run_train(cfg.model, cfg.train, Path(tokenizer_dir), Path(tokens_dir), Path(out_dir),
-                     mlflow_env, log_line=logger.info)
+    abandoned = roll_back(Decision(**{**decision, "skip": tuple(decision["skip"]) if decision["skip"] else None}),
+                          Path(train_dir))
+    a = decision["anomaly"]
+    create_markdown_artifact(key=f"{key_prefix}-rollback-{decision['attempt']}", description="Rollback", markdown=(
+        f"**Why**: {decision['reason']}\n\n**Detected** at step {a['step']} (onset estimated at step {a['onset_step']})"
+        f"\n\n**From** step {a['step']} **to** checkpoint `{decision['checkpoint'] or 'the start'}`\n\n"
+        f"**Set aside**: {', '.join(abandoned) or 'none'}"))
+    return abandoned
+
+
+@flow(name="skip-ahead", log_prints=True)
+def skip_ahead_flow(decision: dict, tokens_dir: str, train_cfg: dict, key_prefix: str = "train") -> dict:
+    """Record the skipped sample range and what it covers (documents, sources, channels) for the cleaning stage."""
+    from tasks.skipped import skipped_data_report
+
+    report = skipped_data_report(Path(tokens_dir), train_cfg, [decision["skip"]])
+    lr = f"; learning rate x{decision['lr_scale']}" if decision["lr_scale"] != 1.0 else ""
+    create_markdown_artifact(key=f"{key_prefix}-skip-ahead-{decision['attempt']}", description="Skip-ahead", markdown=(
+        f"**Skipped** sampler positions {decision['skip'][0]}..{decision['skip'][1]} "
+        f"(escalation {decision['escalation']}{lr})\n\n{report['markdown']}"))
+    return report
 
 
 def rule_table(stats_path: Path, unreadable: list[dict]) -> list[dict]:
@@ -225,6 +245,20 @@ def without_dropped_nodes(cfg: PipelineConfig) -> PipelineConfig:
     return cfg.model_copy(update={"train": cfg.train.model_copy(update={"hosts": kept, "hostfile": None})})
 
 
+def monitored_training(cfg: PipelineConfig, tokenizer_dir: Path, tokens_dir: Path, train_dir: Path, env: dict) -> dict:
+    """Train; each rollback and skip-ahead runs as a sub-flow of the train flow, with its artifact."""
+    from tasks.monitored import run_monitored
+
+    def rollback_and_skip(decision, out_dir: Path) -> list[str]:
+        record = decision.record()
+        abandoned = rollback_flow(record, str(out_dir), artifact_key(cfg, "train"))
+        skip_ahead_flow(record, str(tokens_dir), cfg.train.model_dump(), artifact_key(cfg, "train"))
+        return abandoned
+
+    return run_monitored(cfg.model, cfg.train, tokenizer_dir, tokens_dir, train_dir, env,
+                         log_line=get_run_logger().info, rollback=rollback_and_skip)
+
+
 @flow(name="train", log_prints=True)
 def train_flow(config: PipelineConfig | str = DEFAULT_CONFIG, mlflow_parent_run_id: str | None = None) -> dict:
     """Launch the DeepSpeed training program, stream its logs, and report the final checkpoint."""
@@ -232,7 +266,7 @@ def train_flow(config: PipelineConfig | str = DEFAULT_CONFIG, mlflow_parent_run_
     with stage_run(cfg, "train", mlflow_parent_run_id) as run:
         tracking.log_params(run.mlflow_uri, run.run_id, {"model": cfg.model.model_dump(), "train": cfg.train.model_dump()})
         env = {"MLFLOW_RUN_ID": run.run_id, "MLFLOW_TRACKING_URI": run.mlflow_uri}
-        result = train_task(cfg, str(run.dir("tokenizer")), str(run.dir("tokens")), str(run.dir("train")), env)
+        result = monitored_training(cfg, run.dir("tokenizer"), run.dir("tokens"), run.dir("train"), env)
         client = tracking.client(run.mlflow_uri)
         client.set_tag(run.run_id, "final_checkpoint", f"{result['checkpoint_dir']}/{result['latest_checkpoint']}")
         if cfg.train.export_hf and result["latest_checkpoint"]:

@@ -14,9 +14,17 @@ class RecoveryFailed(TrainingFailed):
     """The recovery policy gave up; the message and recovery.jsonl say why."""
 
 
+def roll_back(decision: Decision, out_dir: Path) -> list[str]:
+    """Set aside the checkpoints after the rollback target; `latest` names the target."""
+    return abandon_after(out_dir / "checkpoints", decision.checkpoint, decision.attempt)
+
+
 def run_monitored(model: ModelConfig, train: TrainConfig, tokenizer_dir: Path, tokens_dir: Path, out_dir: Path,
                   mlflow_env: dict[str, str], log_line: Callable[[str], None] = print,
-                  on_decision: Callable[[Decision], None] = lambda d: None) -> dict:
+                  on_decision: Callable[[Decision], None] = lambda d: None,
+                  rollback: Callable[[Decision, Path], list[str]] = roll_back) -> dict:
+    """Train; after each early end act on the recovery decision (rollback: the `rollback` hook, which the
+    Prefect flow runs as a sub-flow), record it, and relaunch, until done or the policy gives up."""
     skip_ranges, lr_scale, resume_tag = list(train.skip_ranges), train.lr_scale, train.resume_tag
     attempt = 0
     while True:
@@ -37,7 +45,7 @@ def run_monitored(model: ModelConfig, train: TrainConfig, tokenizer_dir: Path, t
                 raise RecoveryFailed(f"monitored training gave up after {attempt} attempt(s): {decision.reason}. "
                                      f"Decisions: {out_dir / 'recovery.jsonl'}", err.exit_code) from None
             if decision.action == "rollback":
-                decision.abandoned = abandon_after(out_dir / "checkpoints", decision.checkpoint, attempt)
+                decision.abandoned = rollback(decision, out_dir)
                 skip_ranges = sorted([*skip_ranges, decision.skip])
                 lr_scale = decision.lr_scale
             resume_tag = None  # `latest` now names the checkpoint to go on from

@@ -1,0 +1,48 @@
+"""What skipped data was: the documents, sources and channels behind skipped sample ranges.
+
+A loss spike is often dirty data that the cleaning stage should learn to
+reject; this report points at it (shard, row, source) so it can be read.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from model.data import CHANNELS, TokenDataset, sampler_for
+
+MAX_SAMPLES_PER_RANGE = 2000  # a wide skip is summarised from an even sample of its positions
+
+
+def skipped_documents(tokens_dir: Path, train: dict, ranges: list) -> list[dict]:
+    mixture = train.get("mixture")
+    dataset = TokenDataset(tokens_dir, train["seq_len"], pool_by=mixture["by"] if mixture else "all",
+                           eval_samples_per_channel=train.get("eval_samples_per_channel", 0) if train.get("eval_every") else 0)
+    sampler = sampler_for(dataset, train["seed"], weights=mixture["weights"] if mixture else None)
+    rows = []
+    for a, b in ranges:
+        stride = max(1, (b - a) // MAX_SAMPLES_PER_RANGE)
+        for position in range(a, b, stride):
+            sample = sampler.sample_at(position)
+            channels = dataset[sample]["channels"]
+            for doc in dataset.documents_of(sample):
+                rows.append({"range": f"{a}..{b}", "position": position, "sample": sample, **doc,
+                             "channel": CHANNELS[int(channels[0])]})
+    return rows
+
+
+def skipped_data_report(tokens_dir: Path, train: dict, ranges: list) -> dict:
+    import duckdb
+    import pyarrow as pa
+
+    rows = skipped_documents(tokens_dir, train, ranges)
+    if not rows:
+        return {"rows": [], "markdown": "No samples in the skipped ranges."}
+    skipped = pa.Table.from_pylist(rows)  # noqa: F841 - queried by name below
+    summary = duckdb.sql("""
+        SELECT range, source, channel, count(DISTINCT sample) AS samples, count(DISTINCT (shard, "row")) AS documents
+        FROM skipped GROUP BY ALL ORDER BY range, samples DESC""").fetchall()
+    lines = ["| range | source | channel | samples | documents |", "|---|---|---|---|---|"]
+    lines += [f"| {r} | {s} | {c} | {n} | {d} |" for r, s, c, n, d in summary]
+    first = rows[0]
+    lines.append(f"\nFirst document: shard `{first['shard']}`, row {first['row']} (source {first['source']}).")
+    return {"rows": [dict(zip(("range", "source", "channel", "samples", "documents"), r)) for r in summary],
+            "markdown": "\n".join(lines)}

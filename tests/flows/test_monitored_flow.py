@@ -1,0 +1,27 @@
+"""The train flow recovers from an injected NaN: rollback and skip-ahead run as sub-flows."""
+import os
+import shutil
+
+import pytest
+
+from model.protocol import read_jsonl
+from tests.conftest import tiny_dict
+from tests.flows.conftest import run_flow
+
+pytestmark = pytest.mark.slow
+
+
+def test_train_flow_rolls_back_and_skips_ahead(prepared_run, tmp_path, monkeypatch):
+    cfg, prepared = prepared_run
+    for stage in ("clean", "tokenizer", "tokens"):
+        shutil.copytree(prepared / stage, tmp_path / stage)
+    per_step = cfg.train.micro_batch_size * 2 * cfg.train.grad_accum
+    monkeypatch.setenv("PRETRAIN_NAN_POSITIONS", f"{4 * per_step}-{5 * per_step}")
+    data = tiny_dict(tmp_path, train={"steps": 6, "save_every": 2, "export_hf": False,
+                                      "recovery": {"rollback_gap_steps": 1, "skip_margin_steps": 1}})
+    result = run_flow("train", data, tmp_path)
+    assert result["latest_step"] == 6 and result["attempts"] == 2
+    [rollback] = read_jsonl(tmp_path / "train" / "recovery.jsonl")
+    assert rollback["action"] == "rollback" and rollback["checkpoint"] == "step_00000004"
+    assert (tmp_path / "train" / "checkpoints" / "step_00000004").is_dir()
+    assert os.environ["PRETRAIN_NAN_POSITIONS"]

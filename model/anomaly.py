@@ -4,7 +4,8 @@ Every rank feeds the detector the same all-reduced figures (global loss, global
 grad norm, per-channel losses), so every rank reaches the same verdict at the
 same step without another collective. Rules:
   non-finite   loss or grad norm is NaN/inf
-  loss_spike   loss above ratio x the rolling median, or z-score above the limit
+  loss_spike   loss above ratio x the rolling median, or a robust z-score (median and
+               median absolute deviation of the window) above the limit
   grad_spike   grad norm above ratio x its rolling median
   channel_spike  a channel's loss above ratio x its own rolling median
   divergence   train loss and eval loss both trending up over a window
@@ -63,6 +64,13 @@ def _median(values) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+def robust_sigma(values: list[float], median: float) -> float:
+    """1.4826 x the median absolute deviation: a standard deviation that a few outliers or a falling
+    trend barely move; floored at 0.5% of the median so a flat curve does not make every wobble a spike."""
+    mad = statistics.median(abs(v - median) for v in values)
+    return max(1.4826 * mad, 0.005 * abs(median), 1e-12)
+
+
 class AnomalyDetector:
     def __init__(self, settings: DetectorSettings):
         self.s = settings
@@ -96,11 +104,11 @@ class AnomalyDetector:
             return None
         losses = [p.loss for p in past]
         median = _median(losses)
-        spread = statistics.pstdev(losses) or 1e-12
         if r.loss > self.s.loss_ratio * median:
             return "loss_spike", f"loss {r.loss:.4f} > {self.s.loss_ratio} x median {median:.4f}"
-        if (r.loss - statistics.fmean(losses)) / spread > self.s.loss_zscore:
-            return "loss_spike", f"loss {r.loss:.4f} is {(r.loss - statistics.fmean(losses)) / spread:.1f} sigma above the window"
+        z = (r.loss - median) / robust_sigma(losses, median)
+        if z > self.s.loss_zscore:
+            return "loss_spike", f"loss {r.loss:.4f} is {z:.1f} robust sigma above the window median {median:.4f}"
         grads = [p.grad_norm for p in past if p.grad_norm is not None]
         if r.grad_norm is not None and grads and r.grad_norm > self.s.grad_ratio * _median(grads):
             return "grad_spike", f"grad norm {r.grad_norm:.3g} > {self.s.grad_ratio} x median {_median(grads):.3g}"

@@ -323,7 +323,8 @@ class AnomalyConfig(Strict):
     window: int = Field(50, ge=2, description="steps of history the rules compare against")
     warmup: int = Field(20, ge=1, description="steps of history before the spike rules apply")
     loss_ratio: float = Field(2.0, gt=1, description="loss above this x the rolling median is a spike")
-    loss_zscore: float = Field(6.0, gt=0, description="loss this many standard deviations above the window mean is a spike")
+    loss_zscore: float = Field(6.0, gt=0, description="loss this many robust standard deviations (1.4826 x MAD) "
+                               "above the window median is a spike")
     grad_ratio: float = Field(10.0, gt=1, description="grad norm above this x its rolling median is an explosion")
     channel_ratio: float = Field(2.5, gt=1, description="a channel's loss above this x its own median is a spike")
     patience: int = Field(1, ge=1, description="consecutive offending steps before acting (non-finite acts at once)")

@@ -70,3 +70,63 @@ def test_killed_rank_resumes_without_skipping_and_keeps_the_data_order(prepared_
         return {m["step"]: m["loss"] for m in read_jsonl(out / "metrics.jsonl")}
 
     assert losses(tmp_path / "killed") == losses(tmp_path / "straight")  # same data, same order, same losses
+
+
+def poison(tokens_dir, cfg, positions: range, seed: int = 0) -> set[int]:
+    """Overwrite the samples at these sampler positions with random tokens, in the shard files themselves."""
+    import numpy as np
+    import pyarrow as pa
+
+    from model.data import TokenDataset, sampler_for
+
+    dataset = TokenDataset(tokens_dir, cfg.train.seq_len)
+    sampler = sampler_for(dataset, cfg.train.seed)
+    vocab = dataset.manifest["vocab_size"]
+    rng = np.random.default_rng(seed)
+    by_shard: dict[int, list[tuple[int, int]]] = {}
+    samples = {sampler.sample_at(p) for p in positions}
+    for sample in samples:
+        for shard, a, b in dataset._span(sample):
+            by_shard.setdefault(shard, []).append((a, b - 1))  # keep the EOS at a sample's end
+    for shard, spans in by_shard.items():
+        path = tokens_dir / dataset.entries[shard]["file"]
+        with pa.memory_map(str(path)) as source:
+            reader = pa.ipc.open_file(source)
+            batch, schema = reader.get_batch(0), reader.schema
+            col = batch.column("tokens")  # copied out before the file is rewritten under the memory map
+            offsets = col.offsets.to_numpy().copy()
+            base = offsets[0]
+            values = col.values.to_numpy()[base:offsets[-1]].copy()
+            channel, src = batch.column("channel").to_numpy().copy(), batch.column("source").to_numpy().copy()
+            value_type = col.type.value_type
+        for a, b in spans:
+            values[a:b] = rng.integers(0, vocab, b - a, dtype=values.dtype)
+        tokens = pa.ListArray.from_arrays(pa.array(offsets - base), pa.array(values, type=value_type))
+        rebuilt = pa.record_batch([tokens, pa.array(channel), pa.array(src)], schema=schema)
+        with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
+            writer.write_batch(rebuilt)
+    return samples
+
+
+def test_poisoned_samples_spike_the_loss_and_the_run_recovers_to_a_clean_runs_loss(prepared_run, tmp_path):
+    import shutil
+
+    cfg, root = prepared_run
+    cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"seq_len": 32})})
+    n = per_step(cfg)
+    for name in ("tokenizer", "tokens"):
+        shutil.copytree(root / name, tmp_path / "poisoned" / name)
+    (tmp_path / "poisoned" / "tokens" / "_SUCCESS").touch()
+    poisoned_positions = range(30 * n, 32 * n)  # the samples of steps 31 and 32, within the first epoch
+    poison(tmp_path / "poisoned" / "tokens", cfg, poisoned_positions)
+    settings = {"steps": 45, "save_every": 5, "anomaly": cfg.train.anomaly.model_copy(update={"window": 10, "warmup": 10})}
+    recovery = RecoveryConfig(rollback_gap_steps=2, skip_margin_steps=2)
+    clean, _ = monitored(cfg, root, tmp_path / "clean", recovery=recovery, **settings)
+    result, _ = monitored(cfg, tmp_path / "poisoned", tmp_path / "recovered", recovery=recovery, **settings)
+    assert clean["attempts"] == 1 and result["attempts"] == 2 and result["latest_step"] == 45
+    [rollback] = decisions(tmp_path / "recovered")
+    assert rollback["anomaly"]["kind"] == "loss_spike" and rollback["anomaly"]["step"] == 31
+    a, b = rollback["skip"]
+    assert a <= poisoned_positions.start and b >= poisoned_positions.stop  # the skip covers the poison
+    final = {name: read_jsonl(tmp_path / name / "metrics.jsonl")[-1]["loss"] for name in ("clean", "recovered")}
+    assert final["recovered"] == pytest.approx(final["clean"], rel=0.1)

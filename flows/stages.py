@@ -276,8 +276,12 @@ def train_flow(config: PipelineConfig | str = DEFAULT_CONFIG, mlflow_parent_run_
         from tasks.common.outputs import write_json
 
         write_json(run.dir("train") / "result.json", result)
-        for name in ("result.json", "spec.json", "metrics.jsonl", "events.jsonl"):
-            tracking.log_artifact(run.mlflow_uri, run.run_id, run.dir("train") / name, "train")
+        from tasks.loss_plot import loss_plot
+
+        loss_plot(run.dir("train"), run.dir("train") / "loss.png")
+        for name in ("result.json", "spec.json", "metrics.jsonl", "events.jsonl", "recovery.jsonl", "loss.png"):
+            if (run.dir("train") / name).is_file():  # recovery.jsonl only after a recovery
+                tracking.log_artifact(run.mlflow_uri, run.run_id, run.dir("train") / name, "train")
         markdown_artifact(cfg, "train", f"Training finished at step {result['latest_step']}.\n\n"
                           f"Final checkpoint: `{result['checkpoint_dir']}/{result['latest_checkpoint']}`"
                           + (f"\n\nHugging Face export: `{result['hf_export']}`" if result.get("hf_export") else ""),

@@ -246,8 +246,25 @@ def without_dropped_nodes(cfg: PipelineConfig) -> PipelineConfig:
 
 
 def monitored_training(cfg: PipelineConfig, tokenizer_dir: Path, tokens_dir: Path, train_dir: Path, env: dict) -> dict:
-    """Train; each rollback and skip-ahead runs as a sub-flow of the train flow, with its artifact."""
+    """Train; each rollback and skip-ahead runs as a sub-flow of the train flow, with its artifact.
+
+    The first attempt logs to the train run; each relaunch after a recovery to a child run of it
+    (`<name>/train/attempt-N`), so every attempt's curve stays apart in MLflow.
+    """
     from tasks.monitored import run_monitored
+
+    uri, train_run = env["MLFLOW_TRACKING_URI"], env["MLFLOW_RUN_ID"]
+    children: list[str] = []
+
+    def env_for_attempt(attempt: int) -> dict:
+        if attempt == 1:
+            return {}
+        if children:  # the attempt before this one ended early
+            tracking.end_run(uri, children[-1], ok=False)
+        exp = tracking.client(uri).get_run(train_run).info.experiment_id
+        children.append(tracking.start_run(uri, exp, f"{cfg.name}/train/attempt-{attempt}", train_run,
+                                           {"stage": "train", "attempt": str(attempt)}))
+        return {"MLFLOW_RUN_ID": children[-1]}
 
     def rollback_and_skip(decision, out_dir: Path) -> list[str]:
         record = decision.record()
@@ -255,8 +272,16 @@ def monitored_training(cfg: PipelineConfig, tokenizer_dir: Path, tokens_dir: Pat
         skip_ahead_flow(record, str(tokens_dir), cfg.train.model_dump(), artifact_key(cfg, "train"))
         return abandoned
 
-    return run_monitored(cfg.model, cfg.train, tokenizer_dir, tokens_dir, train_dir, env,
-                         log_line=get_run_logger().info, rollback=rollback_and_skip)
+    ok = False
+    try:
+        result = run_monitored(cfg.model, cfg.train, tokenizer_dir, tokens_dir, train_dir, env,
+                               log_line=get_run_logger().info, rollback=rollback_and_skip,
+                               env_for_attempt=env_for_attempt)
+        ok = True
+        return result
+    finally:
+        if children:
+            tracking.end_run(uri, children[-1], ok)
 
 
 @flow(name="train", log_prints=True)

@@ -22,7 +22,8 @@ def roll_back(decision: Decision, out_dir: Path) -> list[str]:
 def run_monitored(model: ModelConfig, train: TrainConfig, tokenizer_dir: Path, tokens_dir: Path, out_dir: Path,
                   mlflow_env: dict[str, str], log_line: Callable[[str], None] = print,
                   on_decision: Callable[[Decision], None] = lambda d: None,
-                  rollback: Callable[[Decision, Path], list[str]] = roll_back) -> dict:
+                  rollback: Callable[[Decision, Path], list[str]] = roll_back,
+                  env_for_attempt: Callable[[int], dict[str, str]] | None = None) -> dict:
     """Train; after each early end act on the recovery decision (rollback: the `rollback` hook, which the
     Prefect flow runs as a sub-flow), record it, and relaunch, until done or the policy gives up."""
     skip_ranges, lr_scale, resume_tag = list(train.skip_ranges), train.lr_scale, train.resume_tag
@@ -31,8 +32,9 @@ def run_monitored(model: ModelConfig, train: TrainConfig, tokenizer_dir: Path, t
         attempt += 1
         attempt_train = train.model_copy(update={"skip_ranges": skip_ranges, "lr_scale": lr_scale,
                                                  "resume_tag": resume_tag})
+        env = {**mlflow_env, **(env_for_attempt(attempt) if env_for_attempt else {})}
         try:
-            result = run_train(model, attempt_train, tokenizer_dir, tokens_dir, out_dir, mlflow_env, log_line)
+            result = run_train(model, attempt_train, tokenizer_dir, tokens_dir, out_dir, env, log_line)
             return {**result, "attempts": attempt, "skipped_ranges": skip_ranges, "lr_scale": lr_scale,
                     "recoveries": recovery_timings(out_dir)}
         except TrainingFailed as err:

@@ -25,3 +25,14 @@ def test_train_flow_rolls_back_and_skips_ahead(prepared_run, tmp_path, monkeypat
     assert rollback["action"] == "rollback" and rollback["checkpoint"] == "step_00000004"
     assert (tmp_path / "train" / "checkpoints" / "step_00000004").is_dir()
     assert os.environ["PRETRAIN_NAN_POSITIONS"]
+    # MLflow: the relaunch has its own child run of the train run, with its curve; the plot is logged
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = {r.info.run_name: r for r in client.search_runs(
+        [e.experiment_id for e in client.search_experiments()])}
+    train_run, attempt = runs[f"{data['name']}/train"], runs[f"{data['name']}/train/attempt-2"]
+    assert attempt.data.tags["mlflow.parentRunId"] == train_run.info.run_id and attempt.info.status == "FINISHED"
+    assert [m.step for m in client.get_metric_history(attempt.info.run_id, "loss")][-1] == 6
+    assert {a.path for a in client.list_artifacts(train_run.info.run_id, "train")} >= {"train/loss.png",
+                                                                                      "train/recovery.jsonl"}

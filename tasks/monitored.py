@@ -33,6 +33,7 @@ def run_monitored(model: ModelConfig, train: TrainConfig, tokenizer_dir: Path, t
         attempt_train = train.model_copy(update={"skip_ranges": skip_ranges, "lr_scale": lr_scale,
                                                  "resume_tag": resume_tag})
         env = {**mlflow_env, **(env_for_attempt(attempt) if env_for_attempt else {})}
+        steps_before = len(read_jsonl(out_dir / "metrics.jsonl"))
         try:
             result = run_train(model, attempt_train, tokenizer_dir, tokens_dir, out_dir, env, log_line)
             return {**result, "attempts": attempt, "skipped_ranges": skip_ranges, "lr_scale": lr_scale,
@@ -40,7 +41,8 @@ def run_monitored(model: ModelConfig, train: TrainConfig, tokenizer_dir: Path, t
         except TrainingFailed as err:
             if err.exit_code == EXIT_STOPPED or not train.recovery.enabled:
                 raise
-            decision = decide(train.recovery, out_dir, err.exit_code, str(err), attempt, lr_scale)
+            progressed = len(read_jsonl(out_dir / "metrics.jsonl")) > steps_before
+            decision = decide(train.recovery, out_dir, err.exit_code, str(err), attempt, lr_scale, progressed)
             if decision.action == "fail":
                 record(out_dir, decision)
                 on_decision(decision)

@@ -82,9 +82,12 @@ def plan_rollback(policy, ckpt_dir: Path, anomaly: dict, history: list[dict], at
 
 
 def plan_crash(policy, ckpt_dir: Path, exit_code: int, history: list[dict], attempt: int, lr_scale: float,
-               message: str) -> Decision:
+               message: str, progressed: bool = True) -> Decision:
     if exit_code == EXIT_CONFIG:
         return Decision("fail", f"bad settings or data, a retry will not help: {message}", attempt)
+    if not progressed:
+        return Decision("fail", "crashed before finishing a single step (out of memory at step 0, a broken "
+                        f"environment or launcher): a retry would do the same: {message}", attempt)
     crashes = [d for d in history if d["action"] == "resume"]
     if len(crashes) >= policy.max_crash_retries:
         return Decision("fail", f"crashed {len(crashes) + 1} times (train.recovery.max_crash_retries): {message}", attempt)
@@ -115,10 +118,12 @@ def decisions(train_dir: Path) -> list[dict]:
     return read_jsonl(Path(train_dir) / RECOVERY_LOG)
 
 
-def decide(policy, train_dir: Path, exit_code: int, message: str, attempt: int, lr_scale: float) -> Decision:
+def decide(policy, train_dir: Path, exit_code: int, message: str, attempt: int, lr_scale: float,
+           progressed: bool = True) -> Decision:
+    """`progressed`: the attempt trained at least one step (a crash before that is deterministic)."""
     history = decisions(train_dir)
     ckpt_dir = Path(train_dir) / "checkpoints"
     anomaly = last_anomaly(train_dir) if exit_code == EXIT_ANOMALY else None
     if anomaly is not None:
         return plan_rollback(policy, ckpt_dir, anomaly, history, attempt, lr_scale)
-    return plan_crash(policy, ckpt_dir, exit_code, history, attempt, lr_scale, message)
+    return plan_crash(policy, ckpt_dir, exit_code, history, attempt, lr_scale, message, progressed)

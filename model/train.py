@@ -366,6 +366,7 @@ def train(spec: Spec) -> int:
         result = profile_steps(lambda: train_step(engine, loop, next(step)), t["profile_steps"], spec.out_dir, rank)
         if rank == 0:
             print(f"communication share of step time: {result['comm_share']:.1%} ({result['backend']})", flush=True)
+        dist.barrier()  # leave together (see the anomaly exit)
         return EXIT_DONE
     stop = StopFlag()
     global_batch = t["micro_batch_size"] * world * t["grad_accum"]

@@ -59,6 +59,15 @@ def propagated_env(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k in EXTRA_ENV or k.startswith(PROPAGATED_PREFIXES)}
 
 
+def on_node(node_command: list[str], host: str, cmd: list[str], env: dict[str, str]) -> list[str]:
+    """cmd run on `host` through node_command ({host} filled in), with the environment the ranks need;
+    cmd itself when node_command is empty (this machine)."""
+    if not node_command:
+        return cmd
+    exports = [f"{k}={v}" for k, v in sorted(propagated_env(env).items())]
+    return [part.replace("{host}", host) for part in node_command] + ["env", *exports, *cmd]
+
+
 def write_ds_env_file(env: dict[str, str], path: Path) -> Path:
     """DeepSpeed's .deepspeed_env format (KEY=VALUE lines), for the ssh launcher (DS_ENV_FILE points at it)."""
     extra = {k: v for k, v in env.items() if k in EXTRA_ENV}
@@ -73,10 +82,7 @@ def node_commands(deepspeed: str, hostfile: Path, hosts: list[HostConfig], maste
     for rank, host in enumerate(hosts):
         launcher = [deepspeed, "--hostfile", str(hostfile), "--no_ssh", "--node_rank", str(rank),
                     "--master_addr", master_addr, "--master_port", str(port), *program]
-        if node_command:
-            exports = [f"{k}={v}" for k, v in sorted(propagated_env(env).items())]
-            launcher = [part.replace("{host}", host.name) for part in node_command] + ["env", *exports, *launcher]
-        cmds.append(launcher)
+        cmds.append(on_node(node_command, host.name, launcher, env))
     return cmds
 
 

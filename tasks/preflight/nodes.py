@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 
 from pretrain.config import HostConfig, PipelineConfig
-from tasks.launch import cluster_hosts, propagated_env, write_hostfile
+from tasks.launch import cluster_hosts, on_node, write_hostfile
 from tasks.preflight.checks import FAIL, PASS, WARN, Check
 
 PREFLIGHT_HOSTFILE = "hostfile"
@@ -26,9 +26,7 @@ def probe_node(host: HostConfig, node_command: list[str], run_root: Path, marker
     project = str(Path(__file__).resolve().parents[2])
     cmd = [sys.executable, "-m", "tasks.preflight.node_probe", "--run-root", str(run_root), "--marker", marker]
     env = {**os.environ, "PYTHONPATH": project}
-    if node_command:
-        exports = [f"{k}={v}" for k, v in sorted(propagated_env(env).items())]
-        cmd = [p.replace("{host}", host.name) for p in node_command] + ["env", *exports, *cmd]
+    cmd = on_node(node_command, host.name, cmd, env)
     sent = time.time()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env, cwd=project)

@@ -32,6 +32,7 @@ class PartSpec:
 @dataclass(frozen=True)
 class PartSettings:
     tokenizer_json: str
+    tokenizer_sha256: str
     shard_max_tokens: int
     batch_docs: int
 

@@ -43,8 +43,9 @@ def prepare(cfg: TokenizeConfig, clean_dir: Path, tokenizer_dir: Path, out_dir: 
     """One part per kept Parquet file, fingerprinted by input, tokenizer and settings."""
     require_complete(clean_dir, "clean")
     load_tokenizer(tokenizer_dir)  # fails here, before any work, when the tokenizer is missing or incomplete
-    settings = PartSettings(str(Path(tokenizer_dir).resolve() / "tokenizer.json"), cfg.shard_max_tokens, cfg.batch_docs)
-    tokenizer_hash = file_sha256(Path(settings.tokenizer_json))
+    tokenizer_json = Path(tokenizer_dir).resolve() / "tokenizer.json"
+    tokenizer_hash = file_sha256(tokenizer_json)
+    settings = PartSettings(str(tokenizer_json), tokenizer_hash, cfg.shard_max_tokens, cfg.batch_docs)
     source_ids = {name: i for i, name in enumerate(source_names(clean_dir))}
     specs = []
     for path in sorted((clean_dir / "kept").glob("*.parquet")):
@@ -59,7 +60,7 @@ def prepare(cfg: TokenizeConfig, clean_dir: Path, tokenizer_dir: Path, out_dir: 
 def plan_reject_counts(cfg: TokenizeConfig, clean_dir: Path, settings: PartSettings) -> list[RejectSpec]:
     if not cfg.count_rejected_tokens:
         return []
-    return plan_rejects(clean_dir, file_sha256(Path(settings.tokenizer_json)), file_sha256)
+    return plan_rejects(clean_dir, settings.tokenizer_sha256, file_sha256)
 
 
 def run_parts_locally(cfg: TokenizeConfig, specs: list[PartSpec], settings: PartSettings, work_dir: Path) -> list[dict]:
@@ -114,7 +115,7 @@ def build_manifest(cfg: TokenizeConfig, shards: list[dict], settings: PartSettin
         "sources": names,
         "vocab_size": vocab,
         "eos_id": eos,
-        "tokenizer_sha256": file_sha256(Path(settings.tokenizer_json)),
+        "tokenizer_sha256": settings.tokenizer_sha256,
         "config_sha256": hashlib.sha256(json.dumps({"shard_max_tokens": cfg.shard_max_tokens}).encode()).hexdigest(),
         "input_sha256": {Path(s.input).name: s.input_sha256 for s in specs},
     }

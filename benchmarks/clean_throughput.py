@@ -4,9 +4,12 @@
 
 Table 1, per core, filters only, same English documents in memory: this project's
 Gopher quality + repetition, C4 and FineWeb rules against datatrove's filters of
-the same names (run with --datatrove-python, the python of a venv with datatrove
-and spacy installed; it is never a dependency of this project). Median of
+the same names (run with --datatrove-python, the python of a venv with datatrove,
+spacy and xxhash installed; it is never a dependency of this project). Median of
 --repeat runs; the ratio is datatrove's seconds / ours.
+Table 1b, per core, exact dedup only: the stage's 128-bit hash per document + one DuckDB
+pass (one thread) against datatrove's signature / find-duplicates / filter steps, on the
+same documents (ten variants of each, plus exact copies of every tenth).
 Table 2, the whole stage on one worker (read, normalize, tag, every rule family,
 exact + near dedup, write): documents/s and MB/s per core, per corpus.
 Table 3, peak memory (RSS of a fresh process, sampled) of the whole stage at 1x and 10x
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import hashlib
 import json
 import re
 import shutil
@@ -29,7 +33,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import duckdb  # noqa: E402
+import pyarrow as pa  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+
 from pretrain.config import CleanConfig, SourceConfig  # noqa: E402
+from tasks.clean.dedup import exact_duplicates  # noqa: E402
 from tasks.clean.readers import RawDoc  # noqa: E402
 from tasks.clean.stage_parts import Cleaner  # noqa: E402
 from benchmarks._corpus import benchmark_parser  # noqa: E402
@@ -62,11 +71,32 @@ def ours_filters(docs: list[str]) -> tuple[int, float]:
     return kept, time.perf_counter() - start
 
 
-def datatrove_filters(python: str, docs: list[str], tmp: Path) -> tuple[int, float]:
+def ours_exact_dedup(docs: list[str], tmp: Path) -> tuple[int, float]:
+    """What the stage does for exact dedup: a 128-bit hash per document into Parquet, one DuckDB pass over all of them."""
+    start = time.perf_counter()
+    hashes = [hashlib.blake2b(t.encode(), digest_size=16).digest() for t in docs]
+    path = tmp / "hashes.parquet"
+    pq.write_table(pa.table({"doc": pa.array(range(len(docs)), pa.int64()), "hash": pa.array(hashes, pa.binary(16))}), path)
+    con = duckdb.connect(config={"threads": 1})  # per core, like the datatrove side
+    con.execute(f"CREATE TEMP TABLE docs AS SELECT doc, hash FROM read_parquet('{path}')")
+    duplicates = exact_duplicates(con)
+    con.close()
+    kept = sum(1 for i in range(len(docs)) if i not in duplicates)
+    return kept, time.perf_counter() - start
+
+
+def with_duplicates(docs: list[str], scale: int = 10) -> list[str]:
+    """`scale` variants of every document (a line appended, so they differ), plus an exact copy of every tenth."""
+    variants = [f"{t}\n{k}" for k in range(scale) for t in docs]
+    return variants + variants[::10]
+
+
+def datatrove_run(mode: str, python: str, docs: list[str], tmp: Path) -> tuple[int, float]:
     path = tmp / "docs.jsonl"
     path.write_text("".join(json.dumps({"text": t}) + "\n" for t in docs), encoding="utf-8")
-    out = subprocess.run([python, str(ROOT / "benchmarks" / "_datatrove_side.py"), str(path)],
+    out = subprocess.run([python, str(ROOT / "benchmarks" / "_datatrove_side.py"), mode, str(path), str(tmp / "dt-work")],
                          capture_output=True, text=True, check=True)
+    shutil.rmtree(tmp / "dt-work", ignore_errors=True)
     result = json.loads(out.stdout.strip().splitlines()[-1])
     return result["kept"], result["seconds"]
 
@@ -107,6 +137,22 @@ def size_mb(sources: list[dict]) -> float:
     return sum(Path(s["path"]).stat().st_size for s in sources) / 1e6
 
 
+def compare_exact_dedup(docs: list[str], args, tmp: Path) -> None:
+    mb = sum(len(t.encode()) for t in docs) / 1e6
+    print(f"\nTable 1b: exact dedup only, 1 core, {len(docs)} docs (10 variants of each, {len(docs) // 11} exact copies added), {mb:.1f} MB")
+    print(f"{'implementation':<16}{'kept':>7}{'median s':>10}{'docs/s':>10}{'MB/s':>8}{'ratio':>8}")
+    ours = [ours_exact_dedup(docs, tmp) for _ in range(args.repeat)]
+    o_sec = statistics.median(s for _, s in ours)
+    print(f"{'this project':<16}{ours[0][0]:>7}{o_sec:>10.2f}{len(docs) / o_sec:>10.0f}{mb / o_sec:>8.2f}{'1.00':>8}")
+    if not args.datatrove_python:
+        print("datatrove          (not run: pass --datatrove-python)")
+        return
+    dt = [datatrove_run("exact-dedup", args.datatrove_python, docs, tmp) for _ in range(args.repeat)]
+    d_sec = statistics.median(s for _, s in dt)
+    print(f"{'datatrove':<16}{dt[0][0]:>7}{d_sec:>10.2f}{len(docs) / d_sec:>10.0f}{mb / d_sec:>8.2f}{d_sec / o_sec:>8.2f}"
+          f"   <- ours is {d_sec / o_sec:.2f}x datatrove's throughput")
+
+
 def main() -> None:
     parser = benchmark_parser(__doc__)
     parser.add_argument("--datatrove-python", help="python of a venv with datatrove and spacy")
@@ -123,12 +169,14 @@ def main() -> None:
         print(f"{'implementation':<16}{'kept':>7}{'median s':>10}{'docs/s':>10}{'MB/s':>8}{'ratio':>8}")
         print(f"{'this project':<16}{ours[0][0]:>7}{o_sec:>10.2f}{len(docs) / o_sec:>10.0f}{mb / o_sec:>8.2f}{'1.00':>8}")
         if args.datatrove_python:
-            dt = [datatrove_filters(args.datatrove_python, docs, tmp) for _ in range(args.repeat)]
+            dt = [datatrove_run("filters", args.datatrove_python, docs, tmp) for _ in range(args.repeat)]
             d_sec = statistics.median(s for _, s in dt)
             print(f"{'datatrove':<16}{dt[0][0]:>7}{d_sec:>10.2f}{len(docs) / d_sec:>10.0f}{mb / d_sec:>8.2f}{d_sec / o_sec:>8.2f}"
                   f"   <- ours is {d_sec / o_sec:.2f}x datatrove's throughput (target >= 2x)")
         else:
             print("datatrove          (not run: pass --datatrove-python)")
+
+        compare_exact_dedup(with_duplicates(docs), args, tmp)
 
         print("\nTable 2: the whole stage, 1 worker (read, normalize, channel, all rules, exact + near dedup, write)")
         print(f"{'corpus':<20}{'docs':>8}{'MB':>7}{'kept':>8}{'median s':>10}{'docs/s':>9}{'MB/s':>7}")

@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import zstandard
 
 from pretrain.config import SourceConfig
+from tasks.clean.warc import read_warc
 
 
 class SourceError(ValueError):
@@ -63,7 +64,7 @@ def expand_source(source: SourceConfig) -> tuple[fsspec.AbstractFileSystem, list
 def detect_format(path: str, declared: str) -> str:
     if declared != "auto":
         return declared
-    for suffix, fmt in ((".jsonl.gz", "jsonl.gz"), (".json.gz", "jsonl.gz"), (".jsonl.zst", "jsonl.zst"),
+    for suffix, fmt in ((".warc.gz", "warc"), (".warc", "warc"), (".wet.gz", "warc"), (".wet", "warc"), (".jsonl.gz", "jsonl.gz"), (".json.gz", "jsonl.gz"), (".jsonl.zst", "jsonl.zst"),
                         (".json.zst", "jsonl.zst"), (".jsonl", "jsonl"), (".json", "jsonl"),
                         (".parquet", "parquet"), (".csv", "csv"), (".tsv", "tsv")):
         if path.endswith(suffix):
@@ -189,6 +190,9 @@ def read_file(fs: fsspec.AbstractFileSystem, path: str, source: SourceConfig) ->
             yield from _read_jsonl(f, source, path)
         elif fmt == "parquet":
             yield from _read_parquet(f, source, path)
+        elif fmt == "warc":
+            yield from read_warc(f, source, path, lambda doc_id, text, problem: RawDoc(
+                doc_id, text, source.source_name, source.channel_hint, problem=problem))
         else:
             yield from _read_text(f, source, path)
 

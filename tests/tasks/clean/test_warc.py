@@ -1,0 +1,62 @@
+import gzip
+
+from pretrain.config import SourceConfig
+from tasks.clean.readers import iter_source
+
+HTML = ("<html><head><title>t</title><style>p {color: red}</style><script>var x = 1;</script></head>"
+        "<body><p>Hello world, this is a page about rivers.</p><p>第二段是中文。</p></body></html>").encode("gbk")
+
+
+def record(rtype: str, uri: str, body: bytes, content_type: str) -> bytes:
+    head = (f"WARC/1.0\r\nWARC-Type: {rtype}\r\nWARC-Record-ID: <urn:uuid:{rtype}-{len(body)}>\r\n"
+            f"WARC-Target-URI: {uri}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+    return head + body + b"\r\n\r\n"
+
+
+def http(body: bytes, content_type: str) -> bytes:
+    return f"HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
+
+
+RECORDS = [
+    record("warcinfo", "", b"software: test\r\n", "application/warc-fields"),
+    record("request", "http://a.example/", b"GET / HTTP/1.1\r\n\r\n", "application/http; msgtype=request"),
+    record("response", "http://a.example/", http(HTML, "text/html; charset=gbk"), "application/http; msgtype=response"),
+    record("response", "http://a.example/logo.png", http(b"\x89PNG\r\n\x1a\n....", "image/png"),
+           "application/http; msgtype=response"),
+    record("conversion", "http://b.example/", "plain WET text\n第二行".encode(), "text/plain"),
+]
+
+
+def read(path):
+    unreadable = []
+    return list(iter_source(SourceConfig(path=str(path)), unreadable)), unreadable
+
+
+def test_warc_html_text_extracted_and_non_text_rejected_not_dropped(tmp_path):
+    path = tmp_path / "crawl.warc"
+    path.write_bytes(b"".join(RECORDS))
+    docs, unreadable = read(path)
+    assert unreadable == []
+    assert [d.doc_id for d in docs] == ["http://a.example/", "http://a.example/logo.png", "http://b.example/"]
+    page, image, wet = docs
+    assert "Hello world, this is a page about rivers." in page.text and "第二段是中文。" in page.text  # gbk decoded
+    assert "color" not in page.text and "var x" not in page.text and page.problem is None
+    assert image.problem == "warc_payload_not_text" and image.text == ""
+    assert wet.text == "plain WET text\n第二行"
+
+
+def test_gzipped_warc_per_record_members_and_wet_suffix(tmp_path):
+    (tmp_path / "a.warc.gz").write_bytes(b"".join(gzip.compress(r) for r in RECORDS))
+    (tmp_path / "b.warc.wet.gz").write_bytes(gzip.compress(RECORDS[-1]))
+    docs, unreadable = read(tmp_path / "*.gz")
+    assert unreadable == [] and len(docs) == 4 and docs[-1].text == "plain WET text\n第二行"
+
+
+def test_truncated_warc_is_reported_by_name(tmp_path):
+    data = b"".join(gzip.compress(r) for r in RECORDS)
+    (tmp_path / "cut.warc.gz").write_bytes(data[:-40])
+    (tmp_path / "cut.warc").write_bytes(b"".join(RECORDS)[:-30])
+    for name in ("cut.warc.gz", "cut.warc"):
+        docs, unreadable = read(tmp_path / name)
+        assert len(unreadable) == 1 and unreadable[0].path.endswith(name), name
+        assert unreadable[0].docs_read_before_error == len(docs) < 3

@@ -10,6 +10,7 @@ from flows.common import artifact_key, markdown_artifact, stage_run, table_artif
 from flows.executors import map_on
 from pretrain.config import CleanConfig, PipelineConfig, TokenizeConfig, resolve_config
 from tasks import tracking
+from tasks.failures import retry_if_transient
 from tasks.clean.shards import ShardSpec, clean_shard
 from tasks.clean.stage import complete, prepare
 from tasks.preflight.checks import gate, run_checks
@@ -36,7 +37,7 @@ def plan_task(cfg: CleanConfig, out_dir: str) -> tuple[list[ShardSpec], str]:
     return specs, str(work_dir)
 
 
-@task(name="clean-shard", retries=1)
+@task(name="clean-shard", retries=2, retry_delay_seconds=10, retry_condition_fn=retry_if_transient)
 def clean_shard_task(cfg: CleanConfig, spec: ShardSpec, work_dir: str) -> dict:
     return clean_shard(cfg, spec, Path(work_dir))
 
@@ -60,7 +61,7 @@ def plan_parts_task(cfg: TokenizeConfig, clean_dir: str, tokenizer_dir: str, out
     return specs, settings, str(work_dir)
 
 
-@task(name="tokenize-part", retries=1)
+@task(name="tokenize-part", retries=2, retry_delay_seconds=10, retry_condition_fn=retry_if_transient)
 def tokenize_part_task(spec: PartSpec, settings: PartSettings, work_dir: str) -> dict:
     import os
 
@@ -69,7 +70,7 @@ def tokenize_part_task(spec: PartSpec, settings: PartSettings, work_dir: str) ->
     return tokenize_part(spec, settings, Path(work_dir))
 
 
-@task(name="count-rejected-tokens", retries=1)
+@task(name="count-rejected-tokens", retries=2, retry_delay_seconds=10, retry_condition_fn=retry_if_transient)
 def count_rejected_task(spec: RejectSpec, settings: PartSettings, work_dir: str) -> dict:
     import os
 
@@ -83,14 +84,14 @@ def tokenize_complete_task(cfg: TokenizeConfig, specs: list[PartSpec], metas: li
     return complete_tokenize(cfg, specs, metas, settings, Path(clean_dir), Path(work_dir), Path(out_dir), counted)
 
 
-@task(name="export-hf")
+@task(name="export-hf", retries=1, retry_delay_seconds=10, retry_condition_fn=retry_if_transient)
 def export_task(train_dir: str, tokenizer_dir: str, tag: str) -> dict:
     from tasks.export import export_run_checkpoint
 
     return export_run_checkpoint(Path(train_dir), Path(tokenizer_dir), tag=tag)
 
 
-@task(name="health-checks")
+@task(name="health-checks", retries=1, retry_delay_seconds=30, retry_condition_fn=retry_if_transient)
 def preflight_task(cfg: PipelineConfig, run_root: str) -> dict:
     root = Path(run_root)
     node_checks, nodes = run_node_checks(cfg, root, root / "preflight")

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from model import checkpoint as ckpt
 from model.protocol import EXIT_ANOMALY, EXIT_CONFIG, append_jsonl, read_jsonl
+from tasks.failures import transient_text
 
 RECOVERY_LOG = "recovery.jsonl"
 
@@ -85,7 +86,7 @@ def plan_crash(policy, ckpt_dir: Path, exit_code: int, history: list[dict], atte
                message: str, progressed: bool = True) -> Decision:
     if exit_code == EXIT_CONFIG:
         return Decision("fail", f"bad settings or data, a retry will not help: {message}", attempt)
-    if not progressed:
+    if not progressed and not transient_text(message):
         return Decision("fail", "crashed before finishing a single step (out of memory at step 0, a broken "
                         f"environment or launcher): a retry would do the same: {message}", attempt)
     crashes = [d for d in history if d["action"] == "resume"]

@@ -19,6 +19,7 @@ from model.llama import ModelArgs
 from model.protocol import EXIT_ANOMALY, EXIT_CONFIG, EXIT_DONE, EXIT_STOPPED, SPEC_FILE
 from pretrain.config import ModelConfig, TrainConfig
 from tasks.common.outputs import read_json, require_complete
+from tasks.failures import transient_text
 from tasks.launch import (LaunchFailed, env_with_file, hostfile_for, master_address, node_commands, read_hostfile,
                           run_nodes, sigterm_kills)
 from tasks.preflight.probe import free_port
@@ -205,4 +206,7 @@ def rank_errors(tail: deque) -> str:
     """The ranks' own error lines, deduplicated across ranks, so the failure says why without opening the log."""
     errors = [_RANK_PREFIX.sub("", line) for line in tail]
     unique = list(dict.fromkeys(line for line in errors if _ERROR_LINE.match(line)))[-3:]
+    hiccup = transient_text("\n".join(errors))  # an NCCL timeout or lost node: worth a relaunch even before step 1
+    if hiccup and hiccup not in unique:
+        unique.append(hiccup)
     return ("\n" + "\n".join(unique)) if unique else ""

@@ -42,3 +42,11 @@ def test_crashes_resume_within_budget_and_deterministic_ones_fail_at_once(tmp_pa
     assert decide(policy, tmp_path, EXIT_CONFIG, "bad spec", 1, 1.0).action == "fail"
     oom = decide(RecoveryConfig(), tmp_path / "other", 1, "CUDA out of memory", 1, 1.0, progressed=False)
     assert oom.action == "fail" and "before finishing a single step" in oom.reason
+
+
+def test_a_collective_timeout_before_the_first_step_is_resumed_not_failed(tmp_path):
+    make_checkpoints(tmp_path, [10])
+    message = ("training crashed (exit code 1)\n[/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] "
+               "Timed out waiting 3000ms for recv operation to complete")
+    d = decide(RecoveryConfig(), tmp_path, 1, message, 1, 1.0, progressed=False)
+    assert (d.action, d.checkpoint) == ("resume", "step_00000010")

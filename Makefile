@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip wheel setuptools
 	$(BIN)/python -m pip install -q torch==$(TORCH_VERSION)
-	$(BIN)/python -m pip install -q -e '.[dev,ray,compare,warc]'
+	$(BIN)/python -m pip install -q -e '.[dev,ray,compare,warc,eval]'
 	DS_BUILD_OPS=0 $(BIN)/python -m pip install -q --no-build-isolation deepspeed==$(DEEPSPEED_VERSION)
 	$(BIN)/python -c "import torch, deepspeed, prefect, mlflow, tokenizers, pyarrow, duckdb; print('installed: torch', torch.__version__, 'deepspeed', deepspeed.__version__, 'prefect', prefect.__version__, 'mlflow', mlflow.__version__)"
 	touch $(STAMP)

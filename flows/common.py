@@ -1,4 +1,4 @@
-"""What every stage flow does around its task: config, paths, MLflow child run, artifacts."""
+"""What every stage flow does around its task: config, paths, MLflow child run, artifacts, links both ways."""
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -13,33 +13,63 @@ from pretrain.config import PipelineConfig
 from tasks import tracking
 
 
+def prefect_tags() -> dict[str, str]:
+    """The Prefect flow run an MLflow run belongs to (tags), so MLflow links back to Prefect."""
+    from prefect.runtime import flow_run
+
+    tags = {"prefect.flow_run_id": flow_run.id, "prefect.flow_run_name": flow_run.name}
+    url = flow_run.ui_url
+    if url:
+        tags["prefect.flow_run_url"] = url
+    return {k: str(v) for k, v in tags.items() if v}
+
+
 @dataclass
 class StageRun:
     cfg: PipelineConfig
     root: Path
     mlflow_uri: str
     run_id: str
+    experiment_id: str = ""
 
     def dir(self, stage: str) -> Path:
         return self.root / stage
 
+    @property
+    def mlflow_link(self) -> str:
+        """Markdown naming the MLflow run; a link when the tracking server is an http(s) URL."""
+        if self.mlflow_uri.startswith(("http://", "https://")) and self.experiment_id:
+            return f"[{self.run_id}]({self.mlflow_uri.rstrip('/')}/#/experiments/{self.experiment_id}/runs/{self.run_id})"
+        return f"`{self.run_id}` in `{self.mlflow_uri}`"
 
-@contextmanager
-def stage_run(cfg: PipelineConfig, stage: str, parent_run_id: str | None) -> Iterator[StageRun]:
+
+def mlflow_run(cfg: PipelineConfig, name: str, parent_run_id: str | None, tags: dict) -> StageRun:
+    """The MLflow run of this Prefect flow run: reused when Prefect retries the flow run, created otherwise."""
     root = cfg.run_root_path()
     root.mkdir(parents=True, exist_ok=True)
     uri = tracking.tracking_uri(cfg)
     exp = tracking.experiment_id(uri, cfg.tracking.experiment, root / "mlartifacts")
-    run_id = tracking.start_run(uri, exp, f"{cfg.name}/{stage}", parent_run_id, {"stage": stage})
+    links = prefect_tags()
+    run_id = tracking.find_run(uri, exp, name, links.get("prefect.flow_run_id"))
+    if run_id:
+        tracking.client(uri).update_run(run_id, status="RUNNING")
+    else:
+        run_id = tracking.start_run(uri, exp, name, parent_run_id, {**tags, **links})
+    return StageRun(cfg, root, uri, run_id, exp)
+
+
+@contextmanager
+def stage_run(cfg: PipelineConfig, stage: str, parent_run_id: str | None) -> Iterator[StageRun]:
+    run = mlflow_run(cfg, f"{cfg.name}/{stage}", parent_run_id, {"stage": stage})
     section = getattr(cfg, stage, None)
     if isinstance(section, BaseModel):
-        tracking.log_params(uri, run_id, {stage: section.model_dump()})
+        tracking.log_params(run.mlflow_uri, run.run_id, {stage: section.model_dump()})
     ok = False
     try:
-        yield StageRun(cfg, root, uri, run_id)
+        yield run
         ok = True
     finally:
-        tracking.end_run(uri, run_id, ok)
+        tracking.end_run(run.mlflow_uri, run.run_id, ok)
 
 
 def artifact_key(cfg: PipelineConfig, stage: str) -> str:
@@ -47,9 +77,11 @@ def artifact_key(cfg: PipelineConfig, stage: str) -> str:
     return f"{safe}-{stage}"[:100]
 
 
-def table_artifact(cfg: PipelineConfig, stage: str, rows: list[dict], description: str) -> None:
-    create_table_artifact(key=artifact_key(cfg, stage), table=rows, description=description)
+def table_artifact(run: StageRun, stage: str, rows: list[dict], description: str) -> None:
+    create_table_artifact(key=artifact_key(run.cfg, stage), table=rows,
+                          description=f"{description}\n\nMLflow run: {run.mlflow_link}")
 
 
-def markdown_artifact(cfg: PipelineConfig, stage: str, markdown: str, description: str) -> None:
-    create_markdown_artifact(key=artifact_key(cfg, stage), markdown=markdown, description=description)
+def markdown_artifact(run: StageRun, stage: str, markdown: str, description: str) -> None:
+    create_markdown_artifact(key=artifact_key(run.cfg, stage), markdown=f"{markdown}\n\nMLflow run: {run.mlflow_link}",
+                             description=description)

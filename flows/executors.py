@@ -1,6 +1,9 @@
 """Where per-shard tasks run: a local process pool, or a Ray cluster through prefect-ray."""
 from __future__ import annotations
 
+from typing import Callable
+
+from prefect.futures import as_completed
 from prefect.task_runners import ProcessPoolTaskRunner
 
 from pretrain.config import ExecutorConfig
@@ -17,10 +20,15 @@ def task_runner_for(executor: ExecutorConfig):
     return ProcessPoolTaskRunner(max_workers=executor.workers)
 
 
-def map_on(executor: ExecutorConfig, task, calls: list[dict]) -> list:
-    """Run `task` once per parameter dict on the configured runner; results in call order."""
+def map_on(executor: ExecutorConfig, task, calls: list[dict], on_done: Callable[[int], None] | None = None) -> list:
+    """Run `task` once per parameter dict on the configured runner; results in call order.
+
+    on_done(n) is called each time one more call has finished (for progress)."""
     if not calls:
         return []
     with task_runner_for(executor) as runner:
         futures = [runner.submit(task, params) for params in calls]
+        for n, _ in enumerate(as_completed(futures), start=1):
+            if on_done:
+                on_done(n)
         return [f.result() for f in futures]

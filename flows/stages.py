@@ -1,13 +1,16 @@
 """One flow per stage. Each reads like its steps and returns a small manifest."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 
 from flows.common import artifact_key, markdown_artifact, stage_run, table_artifact
+from flows.events import CheckpointAnnouncer
 from flows.executors import map_on
+from flows.progress import StageProgress
 from pretrain.config import CleanConfig, PipelineConfig, TokenizeConfig, resolve_config
 from tasks import tracking
 from tasks.failures import retry_if_transient
@@ -25,6 +28,7 @@ from tasks.tokenize.rejects import rule_table as rule_token_table
 from tasks.tokenizer import run_tokenizer
 
 DEFAULT_CONFIG = "configs/tiny.yaml"
+STEP_LINE = re.compile(r"\bstep (\d+)/\d+ loss=")  # rank 0's console line per logged step
 
 
 class PreflightFailed(RuntimeError):
@@ -142,7 +146,7 @@ def rule_table(stats_path: Path, unreadable: list[dict]) -> list[dict]:
                      "documents": u["docs_read_before_error"], "characters": 0} for u in unreadable]
 
 
-@flow(name="clean", log_prints=True)
+@flow(name="clean", log_prints=True, persist_result=True)
 def clean_flow(config: PipelineConfig | str = DEFAULT_CONFIG, mlflow_parent_run_id: str | None = None) -> dict:
     """Read, normalize, tag, filter and deduplicate the corpus into kept/rejected Parquet."""
     cfg = resolve_config(config)
@@ -150,18 +154,19 @@ def clean_flow(config: PipelineConfig | str = DEFAULT_CONFIG, mlflow_parent_run_
         out = str(run.dir("clean"))
         specs, work_dir = plan_task(cfg.clean, out)
         metas = map_on(cfg.clean.executor, clean_shard_task,
-                       [{"cfg": cfg.clean, "spec": spec, "work_dir": work_dir} for spec in specs])
+                       [{"cfg": cfg.clean, "spec": spec, "work_dir": work_dir} for spec in specs],
+                       StageProgress(cfg, "clean", len(specs), "shards").advance)
         manifest = finalize_task(cfg.clean, specs, metas, work_dir, out)
         tracking.log_metrics(run.mlflow_uri, run.run_id, {k: v for k, v in manifest.items() if k != "unreadable_files"})
         for name in ("manifest.json", "stats.parquet", "samples.parquet"):
             tracking.log_artifact(run.mlflow_uri, run.run_id, run.dir("clean") / name, "clean")
-        table_artifact(cfg, "clean", rule_table(run.dir("clean") / "stats.parquet", manifest["unreadable_files"]),
+        table_artifact(run, "clean", rule_table(run.dir("clean") / "stats.parquet", manifest["unreadable_files"]),
                        f"Cleaning: {manifest['docs_in']} in = {manifest['kept']} kept + {manifest['rejected']} rejected"
                        f" ({manifest['shards']} shards, {manifest['shards_skipped']} reused)")
     return manifest
 
 
-@flow(name="tokenizer", log_prints=True)
+@flow(name="tokenizer", log_prints=True, persist_result=True)
 def tokenizer_flow(config: PipelineConfig | str = DEFAULT_CONFIG, mlflow_parent_run_id: str | None = None) -> dict:
     """Train the byte-level BPE tokenizer on the cleaned text and report its compression."""
     cfg = resolve_config(config)
@@ -173,12 +178,12 @@ def tokenizer_flow(config: PipelineConfig | str = DEFAULT_CONFIG, mlflow_parent_
                                                                    "cjk_single_token_share")})
         for name in ("tokenizer.json", "report.json", "report.md", "training_sample.parquet"):
             tracking.log_artifact(run.mlflow_uri, run.run_id, run.dir("tokenizer") / name, "tokenizer")
-        markdown_artifact(cfg, "tokenizer", (run.dir("tokenizer") / "report.md").read_text(encoding="utf-8"),
+        markdown_artifact(run, "tokenizer", (run.dir("tokenizer") / "report.md").read_text(encoding="utf-8"),
                           "Tokenizer report on held-out text")
     return report
 
 
-@flow(name="tokenize", log_prints=True)
+@flow(name="tokenize", log_prints=True, persist_result=True)
 def tokenize_flow(config: PipelineConfig | str = DEFAULT_CONFIG, mlflow_parent_run_id: str | None = None) -> dict:
     """Encode the cleaned corpus into Arrow IPC token shards with a manifest."""
     cfg = resolve_config(config)
@@ -186,7 +191,8 @@ def tokenize_flow(config: PipelineConfig | str = DEFAULT_CONFIG, mlflow_parent_r
         clean_dir, out = str(run.dir("clean")), str(run.dir("tokens"))
         specs, settings, work_dir = plan_parts_task(cfg.tokenize, clean_dir, str(run.dir("tokenizer")), out)
         metas = map_on(cfg.tokenize.executor, tokenize_part_task,
-                       [{"spec": spec, "settings": settings, "work_dir": work_dir} for spec in specs])
+                       [{"spec": spec, "settings": settings, "work_dir": work_dir} for spec in specs],
+                       StageProgress(cfg, "tokenize", len(specs), "parts").advance)
         rejects = plan_reject_counts(cfg.tokenize, Path(clean_dir), settings)
         counted = map_on(cfg.tokenize.executor, count_rejected_task,
                          [{"spec": spec, "settings": settings, "work_dir": work_dir} for spec in rejects])
@@ -201,15 +207,15 @@ def tokenize_flow(config: PipelineConfig | str = DEFAULT_CONFIG, mlflow_parent_r
         if cfg.tokenize.count_rejected_tokens:
             tracking.log_metrics(run.mlflow_uri, run.run_id, {"rejected_tokens_by_rule": manifest["rejected_tokens_by_rule"]})
             tracking.log_artifact(run.mlflow_uri, run.run_id, run.dir("tokens") / RULE_TOKENS, "tokens")
-            table_artifact(cfg, "rule-tokens", rule_token_table(Path(clean_dir), run.dir("tokens")),
+            table_artifact(run, "rule-tokens", rule_token_table(Path(clean_dir), run.dir("tokens")),
                            "Cleaning per rule, with the tokens each rule removed (trained tokenizer, EOS included)")
-        table_artifact(cfg, "tokenize", manifest["shards"],
+        table_artifact(run, "tokenize", manifest["shards"],
                        f"{manifest['total_tokens']} tokens in {len(manifest['shards'])} shards from {len(specs)} parts "
                        f"({sum(bool(m.get('skipped')) for m in metas)} reused), dataset version {manifest['version']}")
     return {k: manifest[k] for k in ("total_tokens", "total_docs", "version", "tokens_by_channel")}
 
 
-@flow(name="preflight", log_prints=True)
+@flow(name="preflight", log_prints=True, persist_result=True)
 def preflight_flow(config: PipelineConfig | str = DEFAULT_CONFIG, mlflow_parent_run_id: str | None = None) -> dict:
     """Run the health checks and stop the pipeline when one fails (unless overridden)."""
     cfg = resolve_config(config)
@@ -221,7 +227,7 @@ def preflight_flow(config: PipelineConfig | str = DEFAULT_CONFIG, mlflow_parent_
 
         write_json(out / "report.json", report)
         tracking.log_artifact(run.mlflow_uri, run.run_id, out / "report.json", "preflight")
-        table_artifact(cfg, "preflight", report["checks"],
+        table_artifact(run, "preflight", report["checks"],
                        "Preflight: " + ("passed" if not report["failed"] else f"FAILED {report['failed']}")
                        + (" (override recorded)" if report["override"] else ""))
         if not report["passed_gate"]:
@@ -273,10 +279,17 @@ def monitored_training(cfg: PipelineConfig, tokenizer_dir: Path, tokens_dir: Pat
         skip_ahead_flow(record, str(tokens_dir), cfg.train.model_dump(), artifact_key(cfg, "train"))
         return abandoned
 
+    progress, logger = StageProgress(cfg, "train", cfg.train.steps, "steps", every_s=10.0), get_run_logger()
+
+    def log_line(line: str) -> None:
+        logger.info(line)
+        if m := STEP_LINE.search(line):
+            progress.advance(int(m.group(1)))
+
     ok = False
     try:
         result = run_monitored(cfg.model, cfg.train, tokenizer_dir, tokens_dir, train_dir, env,
-                               log_line=get_run_logger().info, rollback=rollback_and_skip,
+                               log_line=log_line, rollback=rollback_and_skip,
                                env_for_attempt=env_for_attempt)
         ok = True
         return result
@@ -285,14 +298,15 @@ def monitored_training(cfg: PipelineConfig, tokenizer_dir: Path, tokens_dir: Pat
             tracking.end_run(uri, children[-1], ok)
 
 
-@flow(name="train", log_prints=True)
+@flow(name="train", log_prints=True, persist_result=True)
 def train_flow(config: PipelineConfig | str = DEFAULT_CONFIG, mlflow_parent_run_id: str | None = None) -> dict:
     """Launch the DeepSpeed training program, stream its logs, and report the final checkpoint."""
     cfg = without_dropped_nodes(resolve_config(config))
     with stage_run(cfg, "train", mlflow_parent_run_id) as run:
         tracking.log_params(run.mlflow_uri, run.run_id, {"model": cfg.model.model_dump(), "train": cfg.train.model_dump()})
         env = {"MLFLOW_RUN_ID": run.run_id, "MLFLOW_TRACKING_URI": run.mlflow_uri}
-        result = monitored_training(cfg, run.dir("tokenizer"), run.dir("tokens"), run.dir("train"), env)
+        with CheckpointAnnouncer(cfg, run.dir("train"), run.run_id):
+            result = monitored_training(cfg, run.dir("tokenizer"), run.dir("tokens"), run.dir("train"), env)
         client = tracking.client(run.mlflow_uri)
         client.set_tag(run.run_id, "final_checkpoint", f"{result['checkpoint_dir']}/{result['latest_checkpoint']}")
         if cfg.train.export_hf and result["latest_checkpoint"]:
@@ -308,7 +322,7 @@ def train_flow(config: PipelineConfig | str = DEFAULT_CONFIG, mlflow_parent_run_
         for name in ("result.json", "spec.json", "metrics.jsonl", "events.jsonl", "recovery.jsonl", "loss.png"):
             if (run.dir("train") / name).is_file():  # recovery.jsonl only after a recovery
                 tracking.log_artifact(run.mlflow_uri, run.run_id, run.dir("train") / name, "train")
-        markdown_artifact(cfg, "train", f"Training finished at step {result['latest_step']}.\n\n"
+        markdown_artifact(run, "train", f"Training finished at step {result['latest_step']}.\n\n"
                           f"Final checkpoint: `{result['checkpoint_dir']}/{result['latest_checkpoint']}`"
                           + (f"\n\nHugging Face export: `{result['hf_export']}`" if result.get("hf_export") else ""),
                           "Training result")

@@ -19,6 +19,7 @@ VENV="${VENV:-$ROOT/.venv}"
 PREFECT_PORT="${PREFECT_PORT:-4200}"
 MLFLOW_PORT="${MLFLOW_PORT:-5000}"
 POOL="${PRETRAIN_WORK_POOL:-local}"
+GPU_POOL="${PRETRAIN_GPU_WORK_POOL:-$POOL}"
 BIN="$VENV/bin"
 
 export PREFECT_HOME="$STATE/prefect"
@@ -28,6 +29,10 @@ export PREFECT_SERVER_API_HOST=127.0.0.1
 export MLFLOW_TRACKING_URI="http://127.0.0.1:$MLFLOW_PORT"
 export PRETRAIN_HOME="$ROOT"
 export PRETRAIN_WORK_POOL="$POOL"
+export PRETRAIN_GPU_WORK_POOL="$GPU_POOL"
+export PRETRAIN_CONFIG="${PRETRAIN_CONFIG:-configs/tiny.yaml}"
+# persisted flow results (what a retried run reuses); on a cluster put this on shared storage
+export PREFECT_LOCAL_STORAGE_PATH="${PREFECT_LOCAL_STORAGE_PATH:-$STATE/prefect/storage}"
 mkdir -p "$STATE/logs" "$STATE/pids" "$PREFECT_HOME" "$STATE/mlflow/artifacts"
 
 alive() { [[ -f "$STATE/pids/$1" ]] && kill -0 "$(cat "$STATE/pids/$1")" 2>/dev/null; }
@@ -60,6 +65,10 @@ up() {
   wait_http "http://127.0.0.1:$MLFLOW_PORT/health" 120 mlflow-server
   "$BIN/prefect" work-pool inspect "$POOL" >/dev/null 2>&1 || "$BIN/prefect" work-pool create "$POOL" --type process >/dev/null
   start prefect-worker "$BIN/prefect" worker start --pool "$POOL" --type process
+  if [[ "$GPU_POOL" != "$POOL" ]]; then
+    "$BIN/prefect" work-pool inspect "$GPU_POOL" >/dev/null 2>&1 || "$BIN/prefect" work-pool create "$GPU_POOL" --type process >/dev/null
+    start prefect-gpu-worker "$BIN/prefect" worker start --pool "$GPU_POOL" --type process
+  fi
 }
 
 deploy() {
@@ -67,13 +76,13 @@ deploy() {
 }
 
 status() {
-  for name in prefect-server mlflow-server prefect-worker; do
+  for name in prefect-server mlflow-server prefect-worker prefect-gpu-worker; do
     if alive "$name"; then echo "$name: running (pid $(cat "$STATE/pids/$name"))"; else echo "$name: stopped"; fi
   done
 }
 
 down() {
-  for name in prefect-worker mlflow-server prefect-server; do
+  for name in prefect-gpu-worker prefect-worker mlflow-server prefect-server; do
     if alive "$name"; then
       local pid; pid="$(cat "$STATE/pids/$name")"
       kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true

@@ -347,9 +347,9 @@ def train(spec: Spec) -> int:
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(t["seed"] + rank)
     mixture = t.get("mixture")
-    eval_samples = t.get("eval_samples_per_channel", 0) if t.get("eval_every") else 0
+    # held out whether or not training evaluates: the eval flow scores checkpoints on the same samples
     dataset = TokenDataset(tokens_dir_for(spec), t["seq_len"], pool_by=mixture["by"] if mixture else "all",
-                           eval_samples_per_channel=eval_samples)
+                           eval_samples_per_channel=t.get("eval_samples_per_channel", 0))
     model = Transformer(spec.model, activation_checkpointing=t["activation_checkpointing"])
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=spec.deepspeed)
     tracker = Rank0Tracker(spec.out_dir, METRICS_FILE, EVENTS_FILE) if rank == 0 else NullTracker()
@@ -378,29 +378,34 @@ def train(spec: Spec) -> int:
         if dataset.eval_counts:
             print(f"eval: held-out samples per channel {dataset.eval_counts}, every {t['eval_every']} steps", flush=True)
         tracker.event({"event": "start", "step": start_step, "world_size": world})
-    for step in range(start_step, t["steps"]):
-        metrics = train_step(engine, loop, step)
-        if (step + 1) % t["log_every"] == 0 or step == start_step:
-            loop.guard.run("metrics", report_step, loop, step + 1, metrics)
-        found = check_anomaly(loop, step + 1, metrics)
-        if found is not None:  # no checkpoint: the recovery rolls back to one from before the trouble
-            tracker.event(found.event())
-            if rank == 0:
-                print(f"anomaly {found.kind} at step {found.step} ({found.detail}); onset step {found.onset_step}, "
-                      f"positions {found.onset_position}..{found.position_end}", flush=True)
-            finish(loop)
-            dist.barrier()  # leave together: a rank tearing down while another still talks aborts it
-            return EXIT_ANOMALY
-        if t.get("eval_every") and (step + 1) % t["eval_every"] == 0:
-            run_eval(engine, loop, step + 1)
-        done = step + 1 == t["steps"]
-        if stop.agreed():
-            save(engine, spec, step + 1, sampler, tracker, rank, world, mirror)
-            tracker.event({"event": "stopped", "step": step + 1, "reason": "SIGTERM"})
-            finish(loop)
-            return EXIT_STOPPED
-        if (done or (step + 1) % t["save_every"] == 0) and room_to_save(spec, model, tracker, rank, step + 1):
-            save(engine, spec, step + 1, sampler, tracker, rank, world, mirror)
+    try:
+        for step in range(start_step, t["steps"]):
+            fault_point(f"crash_at_step_{step + 1}", rank)  # drills: a crash mid-run, after the checkpoints before it
+            metrics = train_step(engine, loop, step)
+            if (step + 1) % t["log_every"] == 0 or step == start_step:
+                loop.guard.run("metrics", report_step, loop, step + 1, metrics)
+            found = check_anomaly(loop, step + 1, metrics)
+            if found is not None:  # no checkpoint: the recovery rolls back to one from before the trouble
+                tracker.event(found.event())
+                if rank == 0:
+                    print(f"anomaly {found.kind} at step {found.step} ({found.detail}); onset step {found.onset_step}, "
+                          f"positions {found.onset_position}..{found.position_end}", flush=True)
+                finish(loop)
+                dist.barrier()  # leave together: a rank tearing down while another still talks aborts it
+                return EXIT_ANOMALY
+            if t.get("eval_every") and (step + 1) % t["eval_every"] == 0:
+                run_eval(engine, loop, step + 1)
+            done = step + 1 == t["steps"]
+            if stop.agreed():
+                save(engine, spec, step + 1, sampler, tracker, rank, world, mirror)
+                tracker.event({"event": "stopped", "step": step + 1, "reason": "SIGTERM"})
+                finish(loop)
+                return EXIT_STOPPED
+            if (done or (step + 1) % t["save_every"] == 0) and room_to_save(spec, model, tracker, rank, step + 1):
+                save(engine, spec, step + 1, sampler, tracker, rank, world, mirror)
+    except BaseException:
+        loop.guard.run("flush", tracker.flush)  # the steps trained before a crash still reach MLflow
+        raise
     tracker.event({"event": "done", "step": t["steps"], "callback_errors": loop.guard.failures})
     finish(loop)
     return EXIT_DONE

@@ -2,6 +2,7 @@
 
     pretrain clean --config configs/tiny.yaml
     pretrain run   --config configs/tiny.yaml
+    pretrain eval  --config configs/tiny.yaml [--checkpoint step_00000200]
 
 Each subcommand runs the same Prefect flow that the deployments run; without a
 Prefect server configured (PREFECT_API_URL), Prefect starts a temporary one.
@@ -20,10 +21,11 @@ STAGES = ("clean", "tokenizer", "tokenize", "preflight", "train")
 
 def _flow_for(command: str):
     from flows import stages
+    from flows.evaluation import eval_flow
     from flows.full import pretrain
 
     return {"clean": stages.clean_flow, "tokenizer": stages.tokenizer_flow, "tokenize": stages.tokenize_flow,
-            "preflight": stages.preflight_flow, "train": stages.train_flow, "run": pretrain}[command]
+            "preflight": stages.preflight_flow, "train": stages.train_flow, "run": pretrain, "eval": eval_flow}[command]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,6 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
     for name in STAGES + ("run",):
         p = sub.add_parser(name, help="the whole pipeline" if name == "run" else f"the {name} stage alone")
         p.add_argument("--config", required=True, help="pipeline YAML, e.g. configs/tiny.yaml")
+    ev = sub.add_parser("eval", help="score a saved checkpoint on held-out data (and lm-eval tasks), log it to MLflow")
+    ev.add_argument("--config", required=True)
+    ev.add_argument("--checkpoint", default=None, help="checkpoint tag; default: the newest complete one")
     check = sub.add_parser("check-config", help="validate a config file and print it")
     check.add_argument("--config", required=True)
     extend = sub.add_parser("extend-tokenizer", help="add domain terms to a trained tokenizer as added tokens")
@@ -89,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "export-hf":
         return export_command(cfg, args)
     try:
-        result = _flow_for(args.command)(cfg)
+        extra = {"checkpoint": args.checkpoint} if args.command == "eval" else {}
+        result = _flow_for(args.command)(cfg, **extra)
     except Exception as err:  # the flow already logged the traceback
         print(f"error: {args.command} failed: {err}", file=sys.stderr)
         return 1

@@ -393,8 +393,9 @@ class TrainConfig(Strict):
     mirror_url: str | None = Field(None, description="copy every complete checkpoint here in the background "
                                    "(an fsspec URL: s3://bucket/run, file:///backup/run); None: no mirror")
     eval_every: int = Field(0, ge=0, description="held-out perplexity per channel every N steps (0: off)")
-    eval_samples_per_channel: int = Field(200, ge=1, description="held-out samples per channel, taken from the end "
-                                          "of each channel's data and never trained on (at most 10% of a channel)")
+    eval_samples_per_channel: int = Field(200, ge=0, description="held-out samples per channel, taken from the end "
+                                          "of each channel's data and never trained on (at most 10% of a channel); "
+                                          "scored every eval_every steps and by the eval flow. 0: train on everything")
     peak_tflops_per_gpu: float | None = Field(None, gt=0, description="for MFU; None: looked up from the GPU name")
     mixture: MixtureConfig | None = Field(None, description="sampling weights per channel or source; None: natural proportions")
     stage_data_dir: str | None = Field(None, description="copy the token shards here on every node before training "
@@ -416,6 +417,26 @@ class TrainConfig(Strict):
         return self
 
 
+class LmEvalConfig(Strict):
+    """lm-evaluation-harness tasks run on the checkpoint's Hugging Face export, offline, from local data."""
+    tasks: list[str] = Field(default_factory=list, description="task names (your YAML tasks under include_path, "
+                             "or harness tasks whose data is in the local Hugging Face cache); empty: none")
+    include_path: str | None = Field(None, description="a folder of task YAML files (dataset_path: json + data_files)")
+    limit: int | None = Field(None, gt=0, description="at most this many examples per task")
+    batch_size: int = Field(8, gt=0)
+
+
+class EvalConfig(Strict):
+    """The eval flow: a saved checkpoint -> held-out perplexity per channel (+ lm-eval tasks), logged at its step."""
+    device: Literal["cpu", "cuda"] = Field("cpu", description="where the eval flow runs the model")
+    batch_size: int = Field(8, gt=0, description="held-out samples per forward pass")
+    max_samples_per_channel: int | None = Field(None, gt=0, description="score at most this many of the held-out "
+                                                "samples per channel; None: all of them")
+    regression_pct: float = Field(2.0, ge=0, description="flag a channel whose perplexity rose more than this "
+                                  "(percent) against the previous evaluated checkpoint")
+    lm_eval: LmEvalConfig = LmEvalConfig()
+
+
 class TrackingConfig(Strict):
     mlflow_uri: str | None = Field(None, description="MLflow tracking URI; None: $MLFLOW_TRACKING_URI, else sqlite:///<run_root>/mlflow.db")
     experiment: str = "pretrain"
@@ -430,6 +451,7 @@ class PipelineConfig(Strict):
     preflight: PreflightConfig = PreflightConfig()
     model: ModelConfig
     train: TrainConfig
+    eval: EvalConfig = EvalConfig()
     tracking: TrackingConfig = TrackingConfig()
 
     @model_validator(mode="after")

@@ -53,6 +53,21 @@ def start_run(uri: str, exp_id: str, name: str, parent_id: str | None = None, ta
     return client(uri).create_run(exp_id, tags=all_tags, run_name=name).info.run_id
 
 
+def find_run(uri: str, exp_id: str, name: str, prefect_flow_run_id: str | None) -> str | None:
+    """The run of this name that a Prefect flow run made before (a retried flow run goes on in it)."""
+    if not prefect_flow_run_id:
+        return None
+    runs = client(uri).search_runs([exp_id], filter_string=f"tags.`prefect.flow_run_id` = '{prefect_flow_run_id}' "
+                                   f"and attributes.run_name = '{name}'", max_results=1)
+    return runs[0].info.run_id if runs else None
+
+
+def newest_run(uri: str, exp_id: str, name: str) -> str | None:
+    runs = client(uri).search_runs([exp_id], filter_string=f"attributes.run_name = '{name}'",
+                                   order_by=["attributes.start_time DESC"], max_results=1)
+    return runs[0].info.run_id if runs else None
+
+
 def end_run(uri: str, run_id: str, ok: bool) -> None:
     client(uri).set_terminated(run_id, status="FINISHED" if ok else "FAILED")
 

@@ -6,12 +6,15 @@ import pytest
 import torch
 
 from model.data import read_manifest
+from model.checkpoint_eval import evaluate_checkpoint
 from model.export_hf import load_checkpoint_state
 from model.llama import ModelArgs, Transformer
 from model.checkpoint import complete_tags, read_meta
 from model.protocol import read_jsonl
-from pretrain.config import MixtureConfig
+from pretrain.config import LmEvalConfig, MixtureConfig
 from tasks.export import export_run_checkpoint
+from tasks.lm_eval_tasks import run_lm_eval
+from tasks.tokenizer import load_tokenizer
 from tasks.preflight.probe import free_port
 from tasks.train import TrainingFailed, deepspeed_config, launcher_command, run_train
 
@@ -61,6 +64,41 @@ def test_trains_checkpoints_and_resumes(prepared_run, tmp_path):
     tokens = torch.randint(0, 200, (1, 32))
     with torch.no_grad():
         torch.testing.assert_close(hf(tokens).logits, ours(tokens), rtol=1e-4, atol=1e-5)
+
+    # lm-evaluation-harness scores the export offline on a local multiple-choice task as our own model ranks the choices
+    pytest.importorskip("lm_eval")
+    examples = local_mc_task(tmp_path / "tasks")
+    metrics = run_lm_eval(tmp_path / "hf", LmEvalConfig(tasks=["local_mc"], include_path=str(tmp_path / "tasks")), "cpu")
+    tok = load_tokenizer(root / "tokenizer")
+    expected = sum(best_choice(ours, tok, e["context"], e["choices"]) == e["answer"] for e in examples) / len(examples)
+    assert metrics["local_mc/acc"] == pytest.approx(expected)
+
+
+def local_mc_task(folder):
+    folder.mkdir()
+    examples = [{"context": "The capital of France is", "choices": ["Paris", "banana", "def f(): pass"], "answer": 0},
+                {"context": "预训练的模型", "choices": ["很好", "Paris", "12345"], "answer": 0},
+                {"context": "for i in range(10):", "choices": ["print(i)", "北京", "the"], "answer": 0},
+                {"context": "One, two,", "choices": ["three", "四", "return"], "answer": 0}]
+    (folder / "mc.jsonl").write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in examples))
+    (folder / "local_mc.yaml").write_text(
+        "task: local_mc\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: " + str(folder / "mc.jsonl")
+        + "\ntest_split: test\noutput_type: multiple_choice\ndoc_to_text: '{{context}}'\ndoc_to_choice: '{{choices}}'"
+        "\ndoc_to_target: '{{answer}}'\nmetric_list:\n  - metric: acc\n")
+    return examples
+
+
+def best_choice(model, tok, context: str, choices: list[str]) -> int:
+    """The choice with the highest summed log-probability after the context (lm-eval's ' ' target delimiter)."""
+    scores = []
+    for choice in choices:
+        ctx = tok.encode(context, add_special_tokens=False).ids
+        whole = tok.encode(context + " " + choice, add_special_tokens=False).ids
+        ids = torch.tensor([whole])
+        with torch.no_grad():
+            logp = torch.log_softmax(model(ids[:, :-1]).float(), -1)[0]
+        scores.append(sum(logp[i - 1, whole[i]].item() for i in range(len(ctx), len(whole))))
+    return max(range(len(choices)), key=scores.__getitem__)
 
 
 def test_crash_is_reported_with_log_and_checkpoint(prepared_run, tmp_path):
@@ -117,7 +155,14 @@ def test_every_zero_stage_trains_evaluates_and_resumes(prepared_run, tmp_path, s
     out = tmp_path / "train"
     result, _ = train(cfg, root, out, steps=2, save_every=2, zero_stage=stage, eval_every=2, eval_samples_per_channel=3)
     assert result["latest_checkpoint"] == "step_00000002"
-    assert any(k.startswith("eval_ppl_") for m in read_jsonl(out / "metrics.jsonl") for k in m)
+    in_training = {k.removeprefix("eval_ppl_"): v for m in read_jsonl(out / "metrics.jsonl") for k, v in m.items()
+                   if k.startswith("eval_ppl_")}
+    assert in_training
+    # the eval flow's scorer, one process on the saved checkpoint, gives what the ranks measured at that step
+    scored = evaluate_checkpoint(out, "step_00000002")
+    assert scored["step"] == 2 and scored["ppl"].keys() == in_training.keys()
+    for channel, ppl in in_training.items():
+        assert scored["ppl"][channel] == pytest.approx(ppl, rel=1e-4), channel
     result, lines = train(cfg, root, out, steps=3, save_every=3, zero_stage=stage)
     assert any("resumed from step_00000002 at step 2" in line for line in lines) and result["latest_step"] == 3
 

@@ -1,0 +1,64 @@
+"""Score one saved checkpoint on the held-out samples of every channel, in one process (no DeepSpeed ranks).
+
+The samples are the ones training held out (train.eval_samples_per_channel, from
+the end of each channel's data), so the figures line up with the in-training eval.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from model import checkpoint as ckpt
+from model.data import TokenDataset
+from model.export_hf import load_checkpoint_state
+from model.llama import ModelArgs, Transformer
+from model.protocol import SPEC_FILE
+
+
+def load_model(train_dir: Path, tag: str, device: str) -> tuple[Transformer, dict]:
+    spec = json.loads((Path(train_dir) / SPEC_FILE).read_text())
+    model = Transformer(ModelArgs(**spec["model"]))
+    model.load_state_dict(load_checkpoint_state(Path(train_dir) / "checkpoints", tag))
+    return model.to(device).eval(), spec
+
+
+def channel_loss(model: Transformer, stream: torch.Tensor, count: int, seq_len: int, batch: int, device: str
+                 ) -> tuple[float, int]:
+    """(summed next-token loss, tokens) over eval samples 0..count-1 of one channel's held-out stream."""
+    total, tokens = 0.0, 0
+    with torch.no_grad():
+        for b in range(0, count, batch):
+            rows = torch.stack([stream[j * seq_len: j * seq_len + seq_len + 1] for j in range(b, min(count, b + batch))])
+            rows = rows.to(device)
+            logits = model(rows[:, :-1])
+            total += F.cross_entropy(logits.flatten(0, 1).float(), rows[:, 1:].flatten(), reduction="sum").item()
+            tokens += rows[:, 1:].numel()
+    return total, tokens
+
+
+def evaluate_checkpoint(train_dir: Path, tag: str | None = None, device: str = "cpu", batch: int = 8,
+                        max_samples_per_channel: int | None = None) -> dict:
+    """Perplexity per channel of the named (or newest complete) checkpoint of a training run."""
+    ckpt_dir = Path(train_dir) / "checkpoints"
+    tag = tag or ckpt.latest_complete(ckpt_dir)
+    if tag is None or not ckpt.is_complete(ckpt_dir, tag):
+        raise FileNotFoundError(f"{ckpt_dir} has no complete checkpoint{' ' + tag if tag else ''}; "
+                                f"complete ones: {ckpt.complete_tags(ckpt_dir)}")
+    model, spec = load_model(train_dir, tag, device)
+    t = spec["train"]
+    if not t.get("eval_samples_per_channel"):
+        raise ValueError(f"{train_dir} was trained without a held-out set (train.eval_samples_per_channel: 0); "
+                         f"nothing unseen to score it on. Set it above 0 for the next run")
+    dataset = TokenDataset(spec["tokens_dir"], t["seq_len"], eval_samples_per_channel=t["eval_samples_per_channel"])
+    result = {"tag": tag, "step": ckpt.read_meta(ckpt_dir, tag)["step"], "ppl": {}, "loss": {}, "tokens": {}}
+    for channel, count in sorted(dataset.eval_counts.items()):
+        count = min(count, max_samples_per_channel or count)
+        stream = torch.from_numpy(dataset.eval_tokens(channel))
+        loss, n = channel_loss(model, stream, count, t["seq_len"], batch, device)
+        result["loss"][channel], result["tokens"][channel] = loss / n, n
+        result["ppl"][channel] = math.exp(loss / n)
+    return result

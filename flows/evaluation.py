@@ -5,7 +5,6 @@ events that the train flow emits (deployments/prefect.yaml).
 """
 from __future__ import annotations
 
-from pathlib import Path
 
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from model import checkpoint as ckpt
-from model.data import TokenDataset
+from model.data import training_dataset
 from model.export_hf import load_checkpoint_state
 from model.llama import ModelArgs, Transformer
 from model.protocol import SPEC_FILE
@@ -53,7 +53,7 @@ def evaluate_checkpoint(train_dir: Path, tag: str | None = None, device: str = "
     if not t.get("eval_samples_per_channel"):
         raise ValueError(f"{train_dir} was trained without a held-out set (train.eval_samples_per_channel: 0); "
                          f"nothing unseen to score it on. Set it above 0 for the next run")
-    dataset = TokenDataset(spec["tokens_dir"], t["seq_len"], eval_samples_per_channel=t["eval_samples_per_channel"])
+    dataset = training_dataset(spec["tokens_dir"], t)
     result = {"tag": tag, "step": ckpt.read_meta(ckpt_dir, tag)["step"], "ppl": {}, "loss": {}, "tokens": {}}
     for channel, count in sorted(dataset.eval_counts.items()):
         count = min(count, max_samples_per_channel or count)

@@ -376,3 +376,16 @@ def sampler_for(dataset: TokenDataset, seed: int, state: SamplerState | None = N
 def rank_slice(batch: list[int], rank: int, world_size: int) -> list[int]:
     per_rank = len(batch) // world_size
     return batch[rank * per_rank:(rank + 1) * per_rank]
+
+
+def training_dataset(tokens_dir: str | Path, train: dict) -> TokenDataset:
+    """The dataset as training sees it (pools of the mixture, the held-out samples set aside), from the train
+    settings: every reader of sampler positions (training, skip reports, the eval flow) builds it here."""
+    mixture = train.get("mixture")
+    return TokenDataset(tokens_dir, train["seq_len"], pool_by=mixture["by"] if mixture else "all",
+                        eval_samples_per_channel=train.get("eval_samples_per_channel", 0))
+
+
+def training_sampler(dataset: TokenDataset, train: dict, state: SamplerState | None = None) -> GlobalSampler:
+    mixture = train.get("mixture")
+    return sampler_for(dataset, train["seed"], state, weights=mixture["weights"] if mixture else None)

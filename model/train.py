@@ -28,7 +28,8 @@ import torch.nn.functional as F
 from model import checkpoint as ckpt
 from model.anomaly import Anomaly, AnomalyDetector, DetectorSettings, StepRecord
 from model.comm_profile import profile_steps
-from model.data import CHANNELS, DataError, GlobalSampler, SamplerState, TokenDataset, rank_slice, sampler_for
+from model.data import (CHANNELS, DataError, GlobalSampler, SamplerState, TokenDataset, rank_slice, training_dataset,
+                        training_sampler)
 from model.evaluate import local_eval_sums, reduce_eval
 from model.guard import Guard, fault_point
 from model.llama import ModelArgs, Transformer, count_parameters, flops_per_token
@@ -346,15 +347,12 @@ def train(spec: Spec) -> int:
                                timeout=__import__("datetime").timedelta(minutes=t["timeout_minutes"]))
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(t["seed"] + rank)
-    mixture = t.get("mixture")
-    # held out whether or not training evaluates: the eval flow scores checkpoints on the same samples
-    dataset = TokenDataset(tokens_dir_for(spec), t["seq_len"], pool_by=mixture["by"] if mixture else "all",
-                           eval_samples_per_channel=t.get("eval_samples_per_channel", 0))
+    dataset = training_dataset(tokens_dir_for(spec), t)  # held-out samples set aside even without eval_every
     model = Transformer(spec.model, activation_checkpointing=t["activation_checkpointing"])
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=spec.deepspeed)
     tracker = Rank0Tracker(spec.out_dir, METRICS_FILE, EVENTS_FILE) if rank == 0 else NullTracker()
     start_step, state = resume(engine, spec, rank, world)
-    sampler = sampler_for(dataset, t["seed"], state, mixture["weights"] if mixture else None)
+    sampler = training_sampler(dataset, t, state)
     mirror = Mirror(t["mirror_url"], tracker.event) if t.get("mirror_url") and rank == 0 else None
     anomaly = t.get("anomaly") or {}
     detector = AnomalyDetector(DetectorSettings.from_dict({k: v for k, v in anomaly.items() if k != "enabled"})) \

@@ -3,6 +3,8 @@
     pretrain clean --config configs/tiny.yaml
     pretrain run   --config configs/tiny.yaml
     pretrain eval  --config configs/tiny.yaml [--checkpoint step_00000200]
+    pretrain scaling --config configs/tiny.yaml
+    pretrain plan --gpus 64 --days 14 --gpu H100 [--config X | --fit fit.json] [--tokens 2e11]
 
 Each subcommand runs the same Prefect flow that the deployments run; without a
 Prefect server configured (PREFECT_API_URL), Prefect starts a temporary one.
@@ -23,9 +25,11 @@ def _flow_for(command: str):
     from flows import stages
     from flows.evaluation import eval_flow
     from flows.full import pretrain
+    from flows.scaling import scaling_flow
 
     return {"clean": stages.clean_flow, "tokenizer": stages.tokenizer_flow, "tokenize": stages.tokenize_flow,
-            "preflight": stages.preflight_flow, "train": stages.train_flow, "run": pretrain, "eval": eval_flow}[command]
+            "preflight": stages.preflight_flow, "train": stages.train_flow, "run": pretrain, "eval": eval_flow,
+            "scaling": scaling_flow}[command]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,6 +42,11 @@ def build_parser() -> argparse.ArgumentParser:
     ev = sub.add_parser("eval", help="score a saved checkpoint on held-out data (and lm-eval tasks), log it to MLflow")
     ev.add_argument("--config", required=True)
     ev.add_argument("--checkpoint", default=None, help="checkpoint tag; default: the newest complete one")
+    from pretrain.cli_plan import add_parser as add_plan
+
+    add_plan(sub)
+    sc = sub.add_parser("scaling", help="train the scaling grid (scaling.budgets x scaling.dims) and fit the law")
+    sc.add_argument("--config", required=True)
     check = sub.add_parser("check-config", help="validate a config file and print it")
     check.add_argument("--config", required=True)
     extend = sub.add_parser("extend-tokenizer", help="add domain terms to a trained tokenizer as added tokens")
@@ -83,6 +92,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "extend-tokenizer":
         return extend_command(args)
+    if args.command == "plan":
+        from pretrain.cli_plan import run_plan
+
+        return run_plan(args)
     try:
         cfg = load_config(args.config)
     except ConfigError as err:

@@ -437,6 +437,18 @@ class EvalConfig(Strict):
     lm_eval: LmEvalConfig = LmEvalConfig()
 
 
+class ScalingConfig(Strict):
+    """The scaling flow: a grid of small runs (budgets x widths) on this run's data, and the law fitted to them."""
+    budgets: list[float] = Field(default_factory=list, description="training FLOPs (6 N D, N non-embedding) of each "
+                                 "grid column, e.g. [1e17, 3e17, 1e18]; a model of each width trains for C / 6N tokens")
+    dims: list[int] = Field(default_factory=lambda: [256, 384, 512, 768, 1024], description="model widths tried at "
+                            "each budget; depth, heads and SwiGLU size follow from the width (tasks/scaling/grid.py)")
+    min_steps: int = Field(20, gt=0, description="grid points with fewer steps are skipped (too short to mean much)")
+    max_steps: int = Field(20000, gt=0, description="... and with more (the budget wants a smaller width)")
+    eval_samples_per_channel: int = Field(50, gt=0, description="held-out samples per channel scoring each point")
+    huber_delta: float = Field(1e-3, gt=0, description="Huber threshold of the fit on log-loss (Hoffmann et al.)")
+
+
 class TrackingConfig(Strict):
     mlflow_uri: str | None = Field(None, description="MLflow tracking URI; None: $MLFLOW_TRACKING_URI, else sqlite:///<run_root>/mlflow.db")
     experiment: str = "pretrain"
@@ -452,6 +464,7 @@ class PipelineConfig(Strict):
     model: ModelConfig
     train: TrainConfig
     eval: EvalConfig = EvalConfig()
+    scaling: ScalingConfig = ScalingConfig()
     tracking: TrackingConfig = TrackingConfig()
 
     @model_validator(mode="after")

@@ -7,16 +7,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from model.data import CHANNELS, TokenDataset, sampler_for
+from model.data import CHANNELS, training_dataset, training_sampler
 
 MAX_SAMPLES_PER_RANGE = 2000  # a wide skip is summarised from an even sample of its positions
 
 
 def skipped_documents(tokens_dir: Path, train: dict, ranges: list) -> list[dict]:
-    mixture = train.get("mixture")
-    dataset = TokenDataset(tokens_dir, train["seq_len"], pool_by=mixture["by"] if mixture else "all",
-                           eval_samples_per_channel=train.get("eval_samples_per_channel", 0) if train.get("eval_every") else 0)
-    sampler = sampler_for(dataset, train["seed"], weights=mixture["weights"] if mixture else None)
+    dataset = training_dataset(tokens_dir, train)
+    sampler = training_sampler(dataset, train)
     rows = []
     for a, b in ranges:
         stride = max(1, (b - a) // MAX_SAMPLES_PER_RANGE)

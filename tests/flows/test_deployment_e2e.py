@@ -211,6 +211,9 @@ def test_full_deployment_fails_mid_training_and_a_retry_runs_only_what_did_not_f
                 "e2e-full-train", "e2e-full-summary", "e2e-full-rule-tokens"):
         assert key in keys
     assert "chars/token" in keys["e2e-full-tokenizer"]["data"]
+    latest = {a["key"]: a for a in api(pg_stack, "/artifacts/latest/filter")}
+    for stage in ("clean", "tokenize", "train"):  # progress artifacts of the long stages, at their end
+        assert float(latest[f"e2e-full-{stage}-progress"]["data"]) == 100.0, stage
     link = f"/#/experiments/{exp.experiment_id}/runs/{by_name['e2e-full/clean'][0].info.run_id}"
     assert link in keys["e2e-full-clean"]["description"]  # Prefect -> MLflow
 

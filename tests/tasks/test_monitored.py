@@ -77,10 +77,10 @@ def poison(tokens_dir, cfg, positions: range, seed: int = 0) -> set[int]:
     import numpy as np
     import pyarrow as pa
 
-    from model.data import TokenDataset, sampler_for
+    from model.data import training_dataset, training_sampler
 
-    dataset = TokenDataset(tokens_dir, cfg.train.seq_len)
-    sampler = sampler_for(dataset, cfg.train.seed)
+    dataset = training_dataset(tokens_dir, cfg.train.model_dump())
+    sampler = training_sampler(dataset, cfg.train.model_dump())
     vocab = dataset.manifest["vocab_size"]
     rng = np.random.default_rng(seed)
     by_shard: dict[int, list[tuple[int, int]]] = {}

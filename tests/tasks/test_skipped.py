@@ -1,4 +1,4 @@
-from model.data import TokenDataset, sampler_for
+from model.data import training_dataset, training_sampler
 from tasks.skipped import skipped_data_report, skipped_documents
 
 
@@ -6,8 +6,8 @@ def test_skipped_ranges_name_their_documents_sources_and_channels(prepared_run):
     cfg, root = prepared_run
     train = cfg.train.model_dump()
     rows = skipped_documents(root / "tokens", train, [(8, 16)])
-    dataset = TokenDataset(root / "tokens", cfg.train.seq_len)
-    sampler = sampler_for(dataset, cfg.train.seed)
+    dataset = training_dataset(root / "tokens", train)
+    sampler = training_sampler(dataset, train)
     assert {r["sample"] for r in rows} == {sampler.sample_at(p) for p in range(8, 16)}
     assert {r["source"] for r in rows} <= set(dataset.manifest["sources"])
     report = skipped_data_report(root / "tokens", train, [(8, 16)])

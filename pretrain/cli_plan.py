@@ -90,7 +90,8 @@ def run_plan(args) -> int:
                 else ""),
              f"llama 3 rule   {human(p['llama3_tokens'])} tokens, {human(p['llama3_params'])} parameters (reference)"]
     if "wall_days" in p:
-        lines.append(f"wall time      {p['wall_days']:.2f} days on {args.gpus} GPUs at {inputs['peak']:g} TFLOP/s "
+        wall = f"{p['wall_days']:.2f} days" if p["wall_days"] >= 1 else f"{p['wall_days'] * 24:.2f} hours"
+        lines.append(f"wall time      {wall} on {args.gpus} GPUs at {inputs['peak']:g} TFLOP/s "
                      f"({inputs['peak_note']}), MFU {inputs['mfu']:.2f} ({inputs['mfu_note']})")
     print("\n".join(lines))
     return 0

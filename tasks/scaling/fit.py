@@ -60,11 +60,13 @@ def isoflop_minimum(n: list[float], loss: list[float]) -> tuple[float, float]:
     """(N, loss) at the vertex of a parabola of loss over log N, for the runs of one compute budget."""
     if len(n) < 3:
         raise ValueError(f"an iso-FLOP curve needs at least 3 model sizes, got {len(n)}")
-    c2, c1, c0 = np.polyfit(np.log(n), loss, 2)
-    if c2 <= 0:  # no interior minimum: the best size lies outside the sizes tried
+    log_n = np.log(n)
+    c2, c1, c0 = np.polyfit(log_n, loss, 2)
+    x = -c1 / (2 * c2) if c2 > 0 else None
+    if x is None or not log_n.min() <= x <= log_n.max():
+        # no minimum among the sizes tried (a nearly straight curve puts the vertex anywhere): the best one tried
         i = int(np.argmin(loss))
         return float(n[i]), float(loss[i])
-    x = -c1 / (2 * c2)
     return float(math.exp(x)), float(c0 + c1 * x + c2 * x * x)
 
 

@@ -30,9 +30,10 @@ def fit_results(points: list[dict], huber_delta: float) -> dict:
         at_edge = not sizes[0] < n_opt < sizes[-1]  # the optimum lies at or beyond the sizes tried: widen the grid
         out["isoflop"].append({"budget": budget, "flops": flops, "params_opt": n_opt, "tokens_opt": flops / (6 * n_opt),
                                "loss_min": loss_min, "at_edge": at_edge})
-    if len(out["isoflop"]) >= 2:
-        k, a = power_law([m["flops"] for m in out["isoflop"]], [m["params_opt"] for m in out["isoflop"]])
-        out["isoflop_params_law"] = {"k": k, "a": a}
+    inside = [m for m in out["isoflop"] if not m["at_edge"]]  # an edge is a bound on the optimum, not the optimum
+    if len(inside) >= 2:
+        k, a = power_law([m["flops"] for m in inside], [m["params_opt"] for m in inside])
+        out["isoflop_params_law"] = {"k": k, "a": a, "budgets": len(inside)}
     return out
 
 

@@ -43,3 +43,17 @@ def test_clean_stage_alone(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (tmp_path / "run" / "clean" / "_SUCCESS").is_file()
     assert '"docs_in"' in proc.stdout
+
+
+def test_plan_prints_the_chinchilla_allocation_and_names_missing_inputs(capsys):
+    import json as _json
+
+    from pretrain.cli import main
+
+    assert main(["plan", "--flops", "1.21e20", "--gpus", "8", "--gpu", "A100", "--mfu", "0.5", "--json"]) == 0
+    planned = _json.loads(capsys.readouterr().out)
+    assert planned["law"] == "chinchilla-refit" and 0.85e9 < planned["params"] < 1.15e9  # Chinchilla: 1B, 20.2B tokens
+    assert planned["wall_days"] == pytest.approx(1.21e20 / (8 * 312e12 * 0.5) / 86400)
+    assert planned["mfu_source"] == "--mfu"
+    assert main(["plan", "--days", "14"]) == 2
+    assert "--days needs --gpus" in capsys.readouterr().out

@@ -95,3 +95,9 @@ def test_an_isoflop_minimum_outside_the_sizes_tried_is_flagged():
     inside = fit_results(points, 1e-3)["isoflop"][0]
     assert not inside["at_edge"] and inside["params_opt"] == pytest.approx(opt_n, rel=0.2)
     assert fit_results(points[2:], 1e-3)["isoflop"][0]["at_edge"]  # all larger than the optimum
+
+
+def test_a_nearly_straight_isoflop_curve_gives_the_best_size_tried():
+    # final losses of a real tiny CPU sweep (3e10 FLOPs): the parabola's vertex fell at N = e^-1235
+    sizes, losses = [24736, 55536, 98624], [6.30813197294871, 6.629649202028911, 6.858075102170308]
+    assert isoflop_minimum(sizes, losses) == (24736.0, 6.30813197294871)

@@ -7,14 +7,19 @@ built-in lists alone and with the shared lexicons added by path (the way users
 add theirs). Rows are split by position: 'tune' = even rows (the built-in lists
 were written looking at these), 'held-out' = odd rows (never looked at), so the
 held-out figures are the honest ones. Target: >= 70% spam removed, <= 5% ham removed.
+'built-in + classifier' adds the n-gram classifier learned from the tune halves of all
+three sets (written to a 'label<TAB>text' file and passed by path, as users do); its
+threshold was chosen by 5-fold cross-validation on the tune halves alone.
 """
 from __future__ import annotations
 
 import argparse
 import csv
+import tempfile
 from pathlib import Path
 
 from pretrain.config import DirtyRule as DirtySettings
+from tasks.clean.channel import detect_channel
 from tasks.clean.features import DocFeatures
 from tasks.clean.normalize import normalize_text
 from tasks.clean.rules.base import Doc
@@ -50,7 +55,17 @@ def clean_sets(corpora: Path) -> dict[str, list[str]]:
 
 def removed(rule: DirtyRule, text: str) -> bool:
     text, _ = normalize_text(text)
-    return rule.evaluate(Doc(text, "other", DocFeatures(text))).failure is not None
+    feats = DocFeatures(text)
+    return rule.evaluate(Doc(text, detect_channel(feats) if text.strip() else "other", feats)).failure is not None
+
+
+def tune_examples(sets: dict[str, list[tuple[bool, str]]], path: Path) -> Path:
+    """The tune halves of every labeled set as a 'label<TAB>text' file: what a user hands the classifier by path."""
+    with open(path, "w", encoding="utf-8") as f:
+        for rows in sets.values():
+            for is_spam, text in rows[0::2]:
+                f.write(f"{int(is_spam)}\t{' '.join(text.split())}\n")
+    return path
 
 
 def rates(rule: DirtyRule, rows: list[tuple[bool, str]]) -> tuple[int, float, int, float]:
@@ -71,24 +86,27 @@ def main() -> None:
         lexicons=[str(p) for p in sorted((lex / "sensitive-lexicon").glob("*.txt")) if p.name != "illegal_urls.txt"]
         + [str(lex / "ldnoobw" / "zh"), str(lex / "ldnoobw" / "en")],
         domain_blocklists=[str(lex / "sensitive-lexicon" / "illegal_urls.txt")])
-    variants = {"built-in": DirtyRule(DirtySettings()), "built-in + shared": DirtyRule(shared_lists)}
-    header = f"{'set':<24}{'split':<10}{'lists':<19}{'spam':>6}{'spam removed':>14}{'ham':>6}{'ham removed':>13}  target"
+    sets = labeled_sets(corpora / "dirty")
+    examples = tune_examples(sets, Path(tempfile.mkdtemp(prefix="dirty-bench-")) / "tune.tsv")
+    variants = {"built-in": DirtyRule(DirtySettings()), "built-in + shared": DirtyRule(shared_lists),
+                "built-in + classifier": DirtyRule(DirtySettings(classifier_examples=[str(examples)]))}
+    header = f"{'set':<24}{'split':<10}{'lists':<23}{'spam':>6}{'spam removed':>14}{'ham':>6}{'ham removed':>13}  target"
     print(header)
     print("-" * len(header))
-    for name, rows in labeled_sets(corpora / "dirty").items():
+    for name, rows in sets.items():
         for split, part in (("tune", rows[0::2]), ("held-out", rows[1::2])):
             for label, rule in variants.items():
                 n_spam, spam_pct, n_ham, ham_pct = rates(rule, part)
                 ok = "met" if spam_pct >= 70 and ham_pct <= 5 else "MISSED"
-                print(f"{name:<24}{split:<10}{label:<19}{n_spam:>6}{spam_pct:>13.1f}%{n_ham:>6}{ham_pct:>12.1f}%  {ok}")
+                print(f"{name:<24}{split:<10}{label:<23}{n_spam:>6}{spam_pct:>13.1f}%{n_ham:>6}{ham_pct:>12.1f}%  {ok}")
     print()
-    header = f"{'clean corpus':<28}{'lists':<19}{'docs':>7}{'removed':>10}"
+    header = f"{'clean corpus':<28}{'lists':<23}{'docs':>7}{'removed':>10}"
     print(header)
     print("-" * len(header))
     for name, texts in clean_sets(corpora).items():
         for label, rule in variants.items():
             pct = 100 * sum(removed(rule, t) for t in texts) / len(texts)
-            print(f"{name:<28}{label:<19}{len(texts):>7}{pct:>9.1f}%")
+            print(f"{name:<28}{label:<23}{len(texts):>7}{pct:>9.1f}%")
 
 
 if __name__ == "__main__":

@@ -155,6 +155,12 @@ class DirtyRule(Strict):
     min_score: float = Field(1.5, ge=0, description="reject when the weighted hit count reaches this ...")
     min_score_per_kchar: float = Field(8.0, ge=0, description="... and the weighted hits per 1000 characters reach this "
                                        "(long articles that mention an offer or two are kept)")
+    classifier_examples: list[str] = Field(default_factory=list, description="labeled spam/ham files ('label<TAB>text', "
+                                           "label 1/0 or spam/ham): a character n-gram classifier per channel is "
+                                           "learned from them and rejects what it scores above classifier_threshold; "
+                                           "empty: lexicons only")
+    classifier_threshold: float = Field(0.1, description="mean log-odds of spam above which a document is rejected "
+                                        "(0.1: chosen by 5-fold cross-validation on the tune half of the shared labeled sets)")
 
 
 class RulesConfig(Strict):

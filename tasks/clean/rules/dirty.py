@@ -12,6 +12,7 @@ import ahocorasick
 import fsspec
 
 from tasks.clean.rules.base import Doc, Outcome, Rule
+from tasks.clean.spam_model import channel_models, read_examples
 
 _HOST = re.compile(r"(?<![\w.-])((?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,24})(?![\w-])")
 DOMAIN_WEIGHT = 2.0
@@ -130,6 +131,8 @@ class DirtyRule(Rule):
         self.lexicon = Lexicon.from_paths(builtin_paths(".terms.txt") + list(settings.lexicons))
         self.blocklist = DomainBlocklist.from_paths(builtin_paths(".domains.txt") + list(settings.domain_blocklists))
         self.patterns = PatternSet.from_paths(builtin_paths(".patterns.txt") + list(settings.patterns))
+        examples = [e for path in settings.classifier_examples for e in read_examples(path)]
+        self.classifiers = channel_models(examples) if examples else {}
 
     def evaluate(self, doc: Doc) -> Outcome:
         s, out = self.settings, Outcome(self.name)
@@ -138,4 +141,8 @@ class DirtyRule(Rule):
         per_k = 1000 * score / max(doc.feats.n_chars, 1)
         out.scores["dirty.score"] = score
         out.check("score_per_kchar", per_k, score < s.min_score or per_k < s.min_score_per_kchar, "dirty_content")
+        model = self.classifiers.get(doc.channel)
+        spam = model.score(doc.text) if model else None
+        if spam is not None:
+            out.check("classifier", spam, spam <= s.classifier_threshold, "spam_classifier")
         return out

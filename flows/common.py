@@ -43,12 +43,17 @@ class StageRun:
         return f"`{self.run_id}` in `{self.mlflow_uri}`"
 
 
-def mlflow_run(cfg: PipelineConfig, name: str, parent_run_id: str | None, tags: dict) -> StageRun:
-    """The MLflow run of this Prefect flow run: reused when Prefect retries the flow run, created otherwise."""
+def tracking_target(cfg: PipelineConfig) -> tuple[Path, str, str]:
+    """(run root, MLflow tracking URI, experiment id) of a config; the run root is created."""
     root = cfg.run_root_path()
     root.mkdir(parents=True, exist_ok=True)
     uri = tracking.tracking_uri(cfg)
-    exp = tracking.experiment_id(uri, cfg.tracking.experiment, root / "mlartifacts")
+    return root, uri, tracking.experiment_id(uri, cfg.tracking.experiment, root / "mlartifacts")
+
+
+def mlflow_run(cfg: PipelineConfig, name: str, parent_run_id: str | None, tags: dict) -> StageRun:
+    """The MLflow run of this Prefect flow run: reused when Prefect retries the flow run, created otherwise."""
+    root, uri, exp = tracking_target(cfg)
     links = prefect_tags()
     run_id = tracking.find_run(uri, exp, name, links.get("prefect.flow_run_id"))
     if run_id:

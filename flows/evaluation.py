@@ -5,11 +5,10 @@ events that the train flow emits (deployments/prefect.yaml).
 """
 from __future__ import annotations
 
-
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 
-from flows.common import StageRun, artifact_key
+from flows.common import StageRun, artifact_key, tracking_target
 from flows.stages import DEFAULT_CONFIG
 from pretrain.config import PipelineConfig, resolve_config
 from tasks import tracking
@@ -35,10 +34,9 @@ def lm_eval_task(cfg: PipelineConfig, tag: str) -> dict[str, float]:
 
 def training_run(cfg: PipelineConfig, run_id: str | None) -> StageRun | None:
     """The MLflow run of the training that wrote the checkpoints: the one named, else the newest `<name>/train`."""
-    uri = tracking.tracking_uri(cfg)
-    exp = tracking.experiment_id(uri, cfg.tracking.experiment, cfg.run_root_path() / "mlartifacts")
+    root, uri, exp = tracking_target(cfg)
     run_id = run_id or tracking.newest_run(uri, exp, f"{cfg.name}/train")
-    return StageRun(cfg, cfg.run_root_path(), uri, run_id, exp) if run_id else None
+    return StageRun(cfg, root, uri, run_id, exp) if run_id else None
 
 
 def report(result: dict, lm: dict[str, float], run: StageRun | None, threshold: float) -> str:

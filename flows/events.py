@@ -41,7 +41,6 @@ class CheckpointAnnouncer:
         self.cfg, self.path, self.run_id, self.poll_s = cfg, Path(train_dir) / EVENTS_FILE, mlflow_run_id, poll_s
         self.offset = self.path.stat().st_size if self.path.is_file() else 0
         self.config_path = str(config_snapshot(cfg))
-        self.announced: list[str] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="checkpoint-announcer", daemon=True)
 
@@ -76,4 +75,3 @@ class CheckpointAnnouncer:
             emit_event(event=CHECKPOINT_SAVED, resource=run_resource(self.cfg), payload={
                 "tag": e["tag"], "step": e["step"], "path": e["path"], "config": self.config_path,
                 "mlflow_run_id": self.run_id, "run_root": str(self.cfg.run_root_path())})
-            self.announced.append(e["tag"])

@@ -16,9 +16,7 @@ from pretrain.config import PipelineConfig, resolve_config
 from tasks import tracking
 from tasks.common.outputs import write_json
 from tasks.scaling.grid import GridPoint, completed_point, plan_grid, train_point
-from tasks.scaling.report import fit_results, plot
-
-FIT_FILE = "fit.json"
+from tasks.scaling.report import FIT_FILE, fit_results, plot
 
 
 @task(name="train-grid-point")

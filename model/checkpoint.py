@@ -50,6 +50,19 @@ def complete_tags(ckpt_dir: Path) -> list[str]:
     return sorted(tags, key=lambda t: read_meta(ckpt_dir, t)["step"])
 
 
+def complete_tag(ckpt_dir: Path, tag: str | None = None) -> str:
+    """The named checkpoint if it is complete, else the newest complete one; FileNotFoundError naming what exists."""
+    ckpt_dir = Path(ckpt_dir)
+    if tag is not None:
+        if not is_complete(ckpt_dir, tag):
+            raise FileNotFoundError(f"{ckpt_dir / tag} is not a complete checkpoint; complete ones: {complete_tags(ckpt_dir)}")
+        return tag
+    latest = latest_complete(ckpt_dir)
+    if latest is None:
+        raise FileNotFoundError(f"{ckpt_dir} has no complete checkpoint yet; train first")
+    return latest
+
+
 def latest_complete(ckpt_dir: Path) -> str | None:
     """The tag in `latest` if complete, else the newest complete tag, else None."""
     ckpt_dir = Path(ckpt_dir)

@@ -44,10 +44,7 @@ def evaluate_checkpoint(train_dir: Path, tag: str | None = None, device: str = "
                         max_samples_per_channel: int | None = None) -> dict:
     """Perplexity per channel of the named (or newest complete) checkpoint of a training run."""
     ckpt_dir = Path(train_dir) / "checkpoints"
-    tag = tag or ckpt.latest_complete(ckpt_dir)
-    if tag is None or not ckpt.is_complete(ckpt_dir, tag):
-        raise FileNotFoundError(f"{ckpt_dir} has no complete checkpoint{' ' + tag if tag else ''}; "
-                                f"complete ones: {ckpt.complete_tags(ckpt_dir)}")
+    tag = ckpt.complete_tag(ckpt_dir, tag)
     model, spec = load_model(train_dir, tag, device)
     t = spec["train"]
     if not t.get("eval_samples_per_channel"):

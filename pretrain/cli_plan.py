@@ -40,7 +40,9 @@ def resolve_inputs(args) -> dict:
 
     cfg = load_config(args.config) if args.config else None
     root = cfg.run_root_path() if cfg else None
-    fit = Path(args.fit) if args.fit else (root / "scaling" / "fit.json" if root else None)
+    from tasks.scaling.report import FIT_FILE
+
+    fit = Path(args.fit) if args.fit else (root / "scaling" / FIT_FILE if root else None)
     peak, peak_note = args.peak_tflops, "--peak-tflops"
     if peak is None and args.gpu:
         peak, peak_note = peak_tflops(args.gpu), f"{args.gpu} (bf16 dense)"

@@ -22,10 +22,9 @@ def history(cfg: PipelineConfig) -> list[dict]:
 def pick_checkpoint(cfg: PipelineConfig, tag: str | None) -> str | None:
     """The named checkpoint, or the newest complete one; None when training has saved none yet."""
     ckpt_dir = cfg.run_root_path() / "train" / "checkpoints"
-    if tag and not ckpt.is_complete(ckpt_dir, tag):
-        raise FileNotFoundError(f"{ckpt_dir / tag} is not a complete checkpoint; complete ones: "
-                                f"{ckpt.complete_tags(ckpt_dir)}")
-    return tag or ckpt.latest_complete(ckpt_dir)
+    if tag is None and ckpt.latest_complete(ckpt_dir) is None:
+        return None
+    return ckpt.complete_tag(ckpt_dir, tag)
 
 
 def compare(previous: dict | None, current: dict, regression_pct: float) -> list[dict]:

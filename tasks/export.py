@@ -18,10 +18,7 @@ def export_run_checkpoint(train_dir: Path, tokenizer_dir: Path, out_dir: Path | 
                           dtype: str = "bf16") -> dict:
     """The named (or newest complete) checkpoint of train_dir -> out_dir (default: <train_dir>/hf/<tag>)."""
     ckpt_dir = Path(train_dir) / "checkpoints"
-    tag = tag or ckpt.latest_complete(ckpt_dir)
-    if tag is None or not ckpt.is_complete(ckpt_dir, tag):
-        raise FileNotFoundError(f"{ckpt_dir} has no complete checkpoint{' ' + tag if tag else ''}; "
-                                f"train first or name one of {ckpt.complete_tags(ckpt_dir)}")
+    tag = ckpt.complete_tag(ckpt_dir, tag)
     args = ModelArgs(**json.loads((Path(train_dir) / SPEC_FILE).read_text())["model"])
     out = Path(out_dir) if out_dir else Path(train_dir) / "hf" / tag
     export(load_checkpoint_state(ckpt_dir, tag), args, Path(tokenizer_dir), out, DTYPES[dtype], source=str(ckpt_dir / tag))

@@ -191,7 +191,7 @@ def read_file(fs: fsspec.AbstractFileSystem, path: str, source: SourceConfig) ->
         elif fmt == "parquet":
             yield from _read_parquet(f, source, path)
         elif fmt == "warc":
-            yield from read_warc(f, source, path, lambda doc_id, text, problem: RawDoc(
+            yield from read_warc(f, path, lambda doc_id, text, problem: RawDoc(
                 doc_id, text, source.source_name, source.channel_hint, problem=problem))
         else:
             yield from _read_text(f, source, path)

@@ -74,7 +74,6 @@ class SpamModel:
         total = {k: sum(c.values()) + len(vocab) for k, c in counts.items()}
         self.log_odds = {g: math.log((counts[True][g] + 1) / total[True]) - math.log((counts[False][g] + 1) / total[False])
                          for g in vocab}
-        self.examples = len(examples)
 
     def score(self, text: str) -> float | None:
         """Mean log-odds of spam over the known grams; None when too few grams are known to judge."""

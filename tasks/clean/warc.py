@@ -10,8 +10,6 @@ from __future__ import annotations
 import gzip
 from typing import Iterator
 
-from pretrain.config import SourceConfig
-
 TEXT_TYPES = ("text/html", "application/xhtml+xml", "text/plain")
 
 
@@ -25,7 +23,7 @@ def _modules():
     return ArchiveIterator, WarcRecordType, extract_plain_text, bytes_to_str, detect_encoding
 
 
-def read_warc(f, source: SourceConfig, path: str, make_doc) -> Iterator:
+def read_warc(f, path: str, make_doc) -> Iterator:
     """make_doc(doc_id, text, problem) builds the RawDoc; non-text responses are rejected documents, not dropped."""
     ArchiveIterator, T, extract_plain_text, bytes_to_str, detect_encoding = _modules()
     stream = gzip.GzipFile(fileobj=f) if path.endswith(".gz") else f

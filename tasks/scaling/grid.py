@@ -95,12 +95,9 @@ def completed_point(cfg: PipelineConfig, point: GridPoint, out_dir: Path) -> dic
 
 
 def train_point(cfg: PipelineConfig, point: GridPoint, out_dir: Path, mlflow_env: dict[str, str]) -> dict:
-    """Train one grid point through the normal training path and score it on the held-out samples.
-
-    A point whose point.json carries the same fingerprint is not trained again (a retried sweep goes on)."""
+    """Train one grid point through the normal training path and score it on the held-out samples; its
+    point.json carries a fingerprint, so completed_point() finds it again (a retried sweep goes on)."""
     out_dir = Path(out_dir)
-    if (finished := completed_point(cfg, point, out_dir)) is not None:
-        return finished
     root = cfg.run_root_path()
     if not (root / "tokens" / "manifest.json").is_file():
         raise FileNotFoundError(f"{root / 'tokens'} holds no token shards; run the clean, tokenizer and tokenize "

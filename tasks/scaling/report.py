@@ -7,6 +7,8 @@ from pathlib import Path
 from tasks.scaling.fit import fit_law, isoflop_minimum, power_law
 from tasks.scaling.law import Law, log_space
 
+FIT_FILE = "fit.json"  # <run_root>/scaling/fit.json: written by the scaling flow, read by `pretrain plan`
+
 
 def fit_results(points: list[dict], huber_delta: float) -> dict:
     """The law (or why it could not be fitted), residuals per point, iso-FLOP minima and their power law."""

@@ -19,6 +19,7 @@ import torch.nn.functional as F  # noqa: E402
 
 from model.data import TokenDataset  # noqa: E402
 from model.llama import ModelArgs, Transformer  # noqa: E402
+from model.optimizer import with_optimizer  # noqa: E402
 
 
 def main() -> None:
@@ -33,7 +34,8 @@ def main() -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(t["seed"])
     model = Transformer(ModelArgs(**spec["model"]))
-    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=spec["deepspeed"])
+    ds_config, _ = with_optimizer(spec["deepspeed"], t.get("optimizer", "auto"), t["accelerator"])
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config)
     data = TokenDataset(spec["tokens_dir"], t["seq_len"])
     micro, accum = t["micro_batch_size"], t["grad_accum"]
     rng = np.random.default_rng(t["seed"])

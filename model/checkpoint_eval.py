@@ -10,12 +10,12 @@ import math
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from model import checkpoint as ckpt
 from model.data import training_dataset
 from model.export_hf import load_checkpoint_state
 from model.llama import ModelArgs, Transformer
+from model.loss import token_cross_entropy
 from model.protocol import SPEC_FILE
 
 
@@ -29,15 +29,15 @@ def load_model(train_dir: Path, tag: str, device: str) -> tuple[Transformer, dic
 def channel_loss(model: Transformer, stream: torch.Tensor, count: int, seq_len: int, batch: int, device: str
                  ) -> tuple[float, int]:
     """(summed next-token loss, tokens) over eval samples 0..count-1 of one channel's held-out stream."""
-    total, tokens = 0.0, 0
+    total, tokens = torch.zeros((), dtype=torch.float64, device=device), 0
     with torch.no_grad():
         for b in range(0, count, batch):
             rows = torch.stack([stream[j * seq_len: j * seq_len + seq_len + 1] for j in range(b, min(count, b + batch))])
             rows = rows.to(device)
             logits = model(rows[:, :-1])
-            total += F.cross_entropy(logits.flatten(0, 1).float(), rows[:, 1:].flatten(), reduction="sum").item()
+            total += token_cross_entropy(logits.flatten(0, 1), rows[:, 1:].flatten()).sum()  # as training computes it
             tokens += rows[:, 1:].numel()
-    return total, tokens
+    return total.item(), tokens
 
 
 def evaluate_checkpoint(train_dir: Path, tag: str | None = None, device: str = "cpu", batch: int = 8,

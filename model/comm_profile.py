@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Callable
 
 import torch
-import torch.distributed as dist
+
+from model.comm import Comm
 
 PROFILE_FILE = "comm_profile.json"
 
@@ -29,7 +30,7 @@ def comm_seconds(prof) -> float:
     return total_us / 1e6
 
 
-def profile_steps(run_step: Callable[[], None], steps: int, out_dir: Path, rank: int) -> dict:
+def profile_steps(run_step: Callable[[], None], steps: int, out_dir: Path, comm: Comm) -> dict:
     """One warm-up step, then `steps` profiled ones; rank 0 writes comm_profile.json."""
     from torch.profiler import ProfilerActivity, profile
 
@@ -43,10 +44,9 @@ def profile_steps(run_step: Callable[[], None], steps: int, out_dir: Path, rank:
             torch.cuda.synchronize()
         wall = time.perf_counter() - start
     local = torch.tensor([min(comm_seconds(prof) / wall, 1.0), wall])
-    shares = [torch.zeros(2) for _ in range(dist.get_world_size())]
-    dist.all_gather(shares, local)
-    result = {"comm_share": max(float(s[0]) for s in shares), "per_rank_share": [round(float(s[0]), 4) for s in shares],
-              "wall_s": wall, "steps": steps, "world_size": dist.get_world_size(), "backend": dist.get_backend()}
-    if rank == 0:
+    shares = [s.tolist() for s in comm.all_gather(local)]
+    result = {"comm_share": max(s[0] for s in shares), "per_rank_share": [round(s[0], 4) for s in shares],
+              "wall_s": wall, "steps": steps, "world_size": comm.world, "backend": comm.backend}
+    if comm.rank == 0:
         (Path(out_dir) / PROFILE_FILE).write_text(json.dumps(result, indent=2))
     return result

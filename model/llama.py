@@ -129,7 +129,10 @@ class Transformer(nn.Module):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """tokens (B, T) -> logits (B, T, vocab) in float32."""
+        """tokens (B, T) -> logits (B, T, vocab) in the parameters' dtype (bf16 in bf16 training).
+
+        Not upcast here: model.loss.token_cross_entropy upcasts a chunk of rows at a time, so fp32 logits
+        for the whole batch never exist."""
         T = tokens.shape[1]
         if T > self.args.max_seq_len:
             raise ValueError(f"sequence of {T} tokens exceeds max_seq_len={self.args.max_seq_len}")
@@ -140,7 +143,7 @@ class Transformer(nn.Module):
                 h = checkpoint(layer, h, cos, sin, use_reentrant=False)
             else:
                 h = layer(h, cos, sin)
-        return self.output(self.norm(h)).float()
+        return self.output(self.norm(h))
 
 
 def count_parameters(model: nn.Module) -> int:

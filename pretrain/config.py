@@ -363,6 +363,10 @@ class TrainConfig(Strict):
     zero_stage: Literal[0, 1, 2, 3] = 1
     precision: Literal["fp32", "bf16"] = "bf16"
     activation_checkpointing: bool = False
+    optimizer: Literal["auto", "torch_fused", "deepspeed_fused"] = Field(
+        "auto", description="AdamW on GPUs: torch_fused = torch's fused CUDA AdamW (no compiler needed); "
+        "deepspeed_fused = DeepSpeed's FusedAdam (compiled with nvcc on first use unless DeepSpeed was installed "
+        "with DS_BUILD_FUSED_ADAM=1); auto = DeepSpeed's when prebuilt, else torch's. CPU: torch's AdamW")
     accelerator: Literal["cpu", "cuda"] = Field("cuda", description="cpu: DS_ACCELERATOR=cpu with gloo")
     num_gpus: int = Field(1, gt=0, description="ranks per node (CPU processes when accelerator=cpu)")
     hostfile: str | None = Field(None, description="DeepSpeed hostfile for multi-node runs; None: this node only "
@@ -376,8 +380,14 @@ class TrainConfig(Strict):
         "pdsh", description="launch: ssh: how DeepSpeed's launcher reaches the nodes (its --launcher)")
     node_command: list[str] = Field(default_factory=list, description="per_node: prefix that runs a command on node "
                                     "{host} (e.g. [ssh, '{host}'] or [srun, -N1, -w, '{host}']); empty: start it here")
+    node_command_shell: bool | None = Field(None, description="per_node: whether node_command hands the command to a "
+                                            "remote shell as one line, so every argument is quoted (ssh, pdsh) or runs "
+                                            "it as given (srun, kubectl exec); None: yes when it starts with ssh, "
+                                            "autossh, rsh or pdsh")
     master_addr: str | None = Field(None, description="rendezvous address; None: the first node's name")
-    master_port: int | None = Field(None, gt=1024, lt=65536, description="rendezvous port; None: a free port on the launching node")
+    master_port: int | None = Field(None, gt=1024, lt=65536, description="rendezvous port; None: a free port on the "
+                                    "master host, chosen at the run's first launch and kept in <run_root>/train/master_port "
+                                    "for every relaunch")
     save_every: int = Field(100, gt=0, description="checkpoint every N steps (and at the end)")
     log_every: int = Field(1, gt=0)
     seed: int = 1234

@@ -23,6 +23,7 @@ from tasks.failures import transient_text
 from tasks.launch import (LaunchFailed, env_with_file, hostfile_for, master_address, node_commands, read_hostfile,
                           run_nodes, sigterm_kills)
 from tasks.preflight.probe import free_port
+from tasks.rendezvous import PortUnavailable, master_port
 
 
 class TrainingFailed(RuntimeError):
@@ -44,10 +45,8 @@ def deepspeed_config(t: TrainConfig) -> dict:
         "wall_clock_breakdown": False,
     }
     if t.accelerator == "cpu":
-        # DeepSpeed's fused CPU Adam needs a compiled op; torch's AdamW needs none.
         cfg["zero_allow_untested_optimizer"] = True
-        cfg["optimizer"]["params"]["torch_adam"] = True
-    return cfg
+    return cfg  # which AdamW implementation is decided on the ranks (model/optimizer.py), where DeepSpeed runs
 
 
 def model_args(m: ModelConfig, tokenizer_report: dict) -> ModelArgs:
@@ -148,23 +147,29 @@ def launch(train: TrainConfig, spec_path: Path, env: dict[str, str], out_dir: Pa
            tail: deque) -> int:
     """One launcher (this node, or every node over ssh), or one per node (`train.launch: per_node`)."""
     hostfile = hostfile_for(train, out_dir)
-    port = train.master_port or free_port()
+    hosts = read_hostfile(hostfile) if hostfile else []
+    port = None
     try:
+        port = master_port(train, master_address(train, hosts) if hosts else "localhost", out_dir, env)
         if hostfile is None or train.launch == "ssh":
             env = env_with_file(env, out_dir) if hostfile else env
             return run_launcher(launcher_command(train, spec_path, hostfile, port), env, log_line,
                                 out_dir / "launcher.log", tail)
-        hosts = read_hostfile(hostfile)
         program = ["--module", "model.train", "--spec", str(spec_path)]
         cmds = node_commands(deepspeed_binary(), hostfile, hosts, master_address(train, hosts), port, program,
-                             train.node_command, env)
+                             train.node_command, env, train.node_command_shell)
         return run_nodes(cmds, env, lambda line: (tail.append(line), log_line(line)), out_dir / "launcher.log",
                          kill_group, _die_with_parent)
     except LaunchFailed as err:
         raise TrainingFailed(f"training crashed: {err}. See {out_dir / 'launcher.log'}. Newest complete checkpoint: "
                              f"{latest_complete(out_dir / 'checkpoints') or 'none'}.", err.exit_code) from None
+    except PortUnavailable as err:
+        raise TrainingFailed(f"training could not start: {err}", 1) from None
+    except ValueError as err:  # settings the launch cannot carry to the nodes
+        raise TrainingFailed(f"training could not start: {err}", EXIT_CONFIG) from None
     finally:
-        remove_shm_buffers(port)
+        if port is not None:
+            remove_shm_buffers(port)
 
 
 def remove_shm_buffers(port: int) -> list[str]:

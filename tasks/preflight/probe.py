@@ -10,6 +10,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from model.comm import Comm
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -22,22 +24,23 @@ def _worker(rank: int, world: int, port: int, n_bytes: int, iters: int, results)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("nccl" if use_cuda else "gloo", rank=rank, world_size=world,
                             timeout=timedelta(seconds=120))
-    device = torch.device("cuda", rank) if use_cuda else torch.device("cpu")
-    x = torch.ones(n_bytes // 4, dtype=torch.float32, device=device)
-    dist.all_reduce(x)  # warm-up; also checks the arithmetic below
+    comm = Comm.current(local_rank=rank)
+    x = torch.ones(n_bytes // 4, dtype=torch.float32, device=comm.device)
+    comm.all_reduce(x)  # warm-up; also checks the arithmetic below
     times = []
     for _ in range(iters):
         x.fill_(1.0)
         if use_cuda:
             torch.cuda.synchronize()
         t0 = time.perf_counter()
-        dist.all_reduce(x)
+        comm.all_reduce(x)
         if use_cuda:
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
     correct = bool(torch.allclose(x, torch.full_like(x, float(world))))
     if rank == 0:
-        results.put({"backend": dist.get_backend(), "seconds": sorted(times)[len(times) // 2], "correct": correct})
+        results.put({"backend": comm.backend, "device": str(comm.device), "seconds": sorted(times)[len(times) // 2],
+                     "correct": correct})
     dist.destroy_process_group()
 
 

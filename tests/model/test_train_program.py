@@ -10,7 +10,7 @@ from model.evaluate import perplexities
 from model.guard import Guard, fault_point
 from model.llama import ModelArgs, Transformer
 from model.perf import mfu, peak_tflops
-from model.train import lr_at, step_loss
+from model.steps import N_CHANNELS, STATS, lr_at, step_loss
 
 ARGS = ModelArgs(dim=32, n_layers=1, n_heads=2, n_kv_heads=1, vocab_size=50, ffn_hidden=64, max_seq_len=16)
 
@@ -24,10 +24,11 @@ def test_per_channel_loss_sums_match_a_direct_computation():
     engine = Engine(ARGS)
     tokens = torch.randint(0, 50, (2, 9))
     channels = torch.tensor([[0] * 3 + [1] * 5, [2] * 8])  # a document boundary inside sample 0
-    sums = torch.zeros(2, len(CHANNELS))
-    loss = step_loss(engine, tokens, channels, sums)
+    stats = torch.zeros(STATS)
+    loss = step_loss(engine, tokens, channels, stats)
     per_token = F.cross_entropy(engine(tokens[:, :-1]).flatten(0, 1), tokens[:, 1:].flatten(), reduction="none")
     ch = channels.flatten()
+    sums = torch.stack([stats[1:1 + N_CHANNELS], stats[1 + N_CHANNELS:]])
     for c in range(len(CHANNELS)):
         assert sums[0, c].item() == pytest.approx(per_token[ch == c].sum().item(), rel=1e-6)
         assert sums[1, c].item() == (ch == c).sum().item()

@@ -1,0 +1,145 @@
+"""One optimizer step on the device, and the one collective per step that the ranks agree through.
+
+Nothing here copies to the host per micro step. Each step's figures stay on the
+device in a small vector: the mean loss, then per channel the summed token loss
+and the token count. The step's agreement is a single all-reduce of two flags
+(a rank's loss is not finite; a rank got SIGTERM), carrying the pending steps'
+figures as well on the steps where they are due (logging, eval, saving, the
+end): only then do they cross to the host, in that one copy.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+import torch
+
+from model.batches import BatchPrefetcher
+from model.comm import Comm
+from model.data import CHANNELS, SamplerState
+from model.loss import token_cross_entropy
+from model.schedule import cosine_lr, wsd_lr
+
+N_CHANNELS = len(CHANNELS)
+STATS = 1 + 2 * N_CHANNELS  # [mean loss, loss sum per channel ..., tokens per channel ...]
+
+
+@dataclass
+class PendingStep:
+    """A trained step whose figures are still on the device."""
+    step: int                               # steps done after it
+    stats: torch.Tensor                     # (STATS,) this rank's, on the device
+    grad_norm: torch.Tensor | float | None  # global already (DeepSpeed reduces it)
+    lr: float
+    started: float                          # perf_counter at its start
+    samples: int                            # global batch
+    position_start: int
+    position_end: int
+    seconds: float = 0.0                    # wall time, set once the step's agreement has synced
+
+
+@dataclass
+class Agreement:
+    loss_not_finite: bool                # on any rank
+    stop_requested: bool                 # on any rank
+    stats: list[list[float]] | None      # the pending steps' figures summed over ranks, when they were due
+
+
+def lr_at(step: int, t: dict) -> float:
+    scale = t.get("lr_scale", 1.0)
+    if t.get("schedule", "cosine") == "wsd":
+        return scale * wsd_lr(step, lr=t["lr"], min_lr=t["min_lr"], warmup=t["warmup_steps"], total=t["steps"],
+                              decay_frac=t.get("decay_frac", 0.2))
+    return scale * cosine_lr(step, lr=t["lr"], min_lr=t["min_lr"], warmup=t["warmup_steps"], total=t["steps"])
+
+
+def add_channel_sums(stats: torch.Tensor, per_token: torch.Tensor, channels: torch.Tensor) -> None:
+    """Per-channel loss sums and token counts into stats[1:], on the device (no host sync)."""
+    stats[1:1 + N_CHANNELS].index_add_(0, channels, per_token.float())
+    stats[1 + N_CHANNELS:].index_add_(0, channels, torch.ones_like(per_token, dtype=torch.float32))
+
+
+def step_loss(engine, tokens: torch.Tensor, channels: torch.Tensor, stats: torch.Tensor) -> torch.Tensor:
+    """Mean token loss of a micro batch (fp32, from logits of any precision); adds its per-channel sums to `stats`."""
+    device = engine.device
+    tokens, channels = tokens.to(device, non_blocking=True), channels.to(device, non_blocking=True)
+    logits = engine(tokens[:, :-1])
+    per_token = token_cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
+    with torch.no_grad():
+        add_channel_sums(stats, per_token.detach(), channels.flatten())
+    return per_token.mean()
+
+
+def nan_injected(positions: list[int]) -> bool:
+    """Fault injection: PRETRAIN_NAN_POSITIONS="a-b" makes the loss NaN when a sample of positions [a, b) is trained on."""
+    spec = os.environ.get("PRETRAIN_NAN_POSITIONS")
+    if not spec:
+        return False
+    a, b = (int(x) for x in spec.split("-"))
+    return any(a <= p < b for p in positions)
+
+
+def train_step(engine, batches: BatchPrefetcher, t: dict, step: int) -> tuple[PendingStep, SamplerState]:
+    """Forward, backward and optimizer step over the prefetched global batch; returns the step's figures (on the
+    device) and the data position after it."""
+    started = time.perf_counter()
+    lr = lr_at(step, t)
+    for group in engine.optimizer.param_groups:
+        group["lr"] = lr
+    batch = batches.next()
+    poisoned = nan_injected(batch.positions)
+    stats = torch.zeros(STATS, device=engine.device)
+    for tokens, channels in batch.micro:
+        loss = step_loss(engine, tokens, channels, stats)
+        if poisoned:
+            loss = loss * float("nan")
+        engine.backward(loss)
+        engine.step()
+        stats[0] += loss.detach() / t["grad_accum"]
+    norm = engine.get_global_grad_norm()
+    norm = norm.detach().clone() if torch.is_tensor(norm) else norm
+    return PendingStep(step + 1, stats, norm, lr, started, len(batch.positions), batch.position_start,
+                       batch.state.consumed_samples), batch.state
+
+
+def agree(comm: Comm, pending: list[PendingStep], stop_requested: bool, with_stats: bool) -> Agreement:
+    """The step's one collective: the flags of the newest pending step, plus every pending step's figures when
+    `with_stats`. Reading its result is the step's one copy to the host."""
+    flags = torch.zeros(2, device=comm.device)
+    flags[0] = (~torch.isfinite(pending[-1].stats[0])).float()
+    flags[1] = float(stop_requested)
+    payload = torch.cat([flags, *(p.stats.to(comm.device) for p in pending)]) if with_stats else flags
+    reduced = comm.all_reduce(payload).tolist()
+    stats = [reduced[2 + k * STATS: 2 + (k + 1) * STATS] for k in range(len(pending))] if with_stats else None
+    return Agreement(reduced[0] > 0, reduced[1] > 0, stats)
+
+
+def reduce_stats(comm: Comm, pending: list[PendingStep]) -> list[list[float]]:
+    """The pending steps' figures summed over ranks, outside the schedule (a non-finite loss, a stop)."""
+    flat = comm.all_reduce(torch.cat([p.stats.to(comm.device) for p in pending])).tolist()
+    return [flat[k * STATS:(k + 1) * STATS] for k in range(len(pending))]
+
+
+def grad_norms(pending: list[PendingStep]) -> list[float | None]:
+    """Host values of the pending steps' grad norms, the device ones in one copy."""
+    on_device = [p.grad_norm for p in pending if torch.is_tensor(p.grad_norm)]
+    copied = iter(torch.stack([n.float().reshape(()) for n in on_device]).tolist()) if on_device else iter(())
+    return [next(copied) if torch.is_tensor(p.grad_norm) else (None if p.grad_norm is None else float(p.grad_norm))
+            for p in pending]
+
+
+def step_metrics(p: PendingStep, reduced: list[float], grad_norm: float | None, world: int, seq_len: int,
+                 flops_per_token: float) -> dict:
+    """A step's metrics from its figures summed over ranks."""
+    tokens_per_s = p.samples * seq_len / p.seconds
+    metrics = {"loss": reduced[0] / world, "lr": p.lr, "tokens_per_s": tokens_per_s, "step_time_s": p.seconds,
+               "position_start": p.position_start, "consumed_samples": p.position_end,
+               "tflops_per_s": flops_per_token * tokens_per_s / 1e12}
+    if grad_norm is not None:
+        metrics["grad_norm"] = grad_norm
+    for c, name in enumerate(CHANNELS):
+        tokens = reduced[1 + N_CHANNELS + c]
+        if tokens > 0:
+            metrics[f"loss_{name}"] = reduced[1 + c] / tokens
+    return metrics

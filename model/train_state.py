@@ -1,0 +1,123 @@
+"""Saving and resuming the training state: DeepSpeed's checkpoint plus the data position and RNG states."""
+from __future__ import annotations
+
+import random
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from model import checkpoint as ckpt
+from model.comm import Comm
+from model.data import SamplerState
+from model.guard import fault_point
+from model.llama import count_parameters
+from model.mirror import Mirror
+
+
+class ResumeMismatch(RuntimeError):
+    """The newest checkpoint does not belong to this dataset or model: resuming would be wrong."""
+
+
+def rng_state() -> dict:
+    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+
+
+def save(engine, spec, step: int, position: SamplerState, tracker, comm: Comm, mirror: Mirror | None = None) -> str:
+    """Every rank writes its part and a marker; after a barrier rank 0 marks the tag complete."""
+    ckpt_dir = spec.out_dir / "checkpoints"
+    tag = f"step_{step:08d}"
+    meta = {"step": step, "data_position": position.to_dict(), "manifest_version": spec.manifest_version,
+            "model": asdict(spec.model), "world_size": comm.world, "seed": spec.train["seed"]}
+    engine.save_checkpoint(str(ckpt_dir), tag=tag, client_state=meta, save_latest=False)
+    torch.save(rng_state(), ckpt_dir / tag / f"rng_rank{comm.rank}.pt")
+    fault_point("kill_during_save", comm.rank)
+    ckpt.mark_rank_done(ckpt_dir, tag, comm.rank)
+    comm.barrier()
+    if comm.rank == 0:
+        ckpt.mark_complete(ckpt_dir, tag, comm.world, meta)
+        tracker.event({"event": "checkpoint", "step": step, "tag": tag, "path": str(ckpt_dir / tag)})
+        if mirror:
+            mirror.submit(ckpt_dir, tag)
+        removed = ckpt.apply_retention(ckpt_dir, spec.train.get("keep_last", 3), spec.train.get("keep_every", 0),
+                                       mirror.in_flight() if mirror else set())
+        if removed:
+            tracker.event({"event": "checkpoints_removed", "step": step, "tags": removed})
+    comm.barrier()
+    return tag
+
+
+def room_to_save(spec, model: torch.nn.Module, tracker, comm: Comm, step: int) -> bool:
+    """Rank 0 checks free space against the last checkpoint's size (or an estimate); all ranks get its answer."""
+    ok = 1.0
+    if comm.rank == 0:
+        ckpt_dir = spec.out_dir / "checkpoints"
+        last = ckpt.latest_complete(ckpt_dir)
+        # fp32 weights + Adam's two moments + bf16/fp32 copy: ~16 bytes a parameter before the first save
+        need = ckpt.checkpoint_bytes(ckpt_dir, last) if last else 16 * count_parameters(model)
+        fits, free = ckpt.room_for_checkpoint(ckpt_dir, need)
+        if not fits:
+            ok = 0.0
+            print(f"warning: skipping the checkpoint at step {step}: {free / 1e9:.2f} GB free under {ckpt_dir}, "
+                  f"a checkpoint needs about {need / 1e9:.2f} GB; free disk space or lower train.keep_last",
+                  file=sys.stderr, flush=True)
+            tracker.event({"event": "checkpoint_skipped", "step": step, "reason": "low_disk", "free_bytes": free,
+                           "needed_bytes": need})
+    return comm.agree([ok], "min")[0] > 0
+
+
+def resume(engine, spec, comm: Comm) -> tuple[int, SamplerState]:
+    """The step and data position to start from: the named or newest complete checkpoint, else the beginning."""
+    ckpt_dir = spec.out_dir / "checkpoints"
+    named = spec.train.get("resume_tag")
+    tag = named or ckpt.latest_complete(ckpt_dir)
+    if tag is None:
+        return 0, with_skips(SamplerState(), spec.train.get("skip_ranges", []))
+    meta = checked_meta(spec, ckpt_dir, tag)
+    path, _ = engine.load_checkpoint(str(ckpt_dir), tag=tag)
+    if path is None:  # DeepSpeed returns (None, None) on a missing tag and would train from scratch
+        raise RuntimeError(f"DeepSpeed could not load complete checkpoint {ckpt_dir / tag}")
+    rng_file = ckpt_dir / tag / f"rng_rank{comm.rank}.pt"
+    if meta.get("world_size") == comm.world and rng_file.is_file():
+        set_rng_state(torch.load(rng_file, weights_only=False))
+    if comm.rank == 0:
+        print(f"resumed from {tag} at step {meta['step']}", flush=True)
+    state = SamplerState.from_dict(meta["data_position"])
+    return meta["step"], with_skips(state, spec.train.get("skip_ranges", []))
+
+
+def checked_meta(spec, ckpt_dir: Path, tag: str) -> dict:
+    """The checkpoint's metadata, once it is known to be complete and of this dataset and model."""
+    if not ckpt.is_complete(ckpt_dir, tag):
+        raise ResumeMismatch(f"train.resume_tag={tag!r} is not a complete checkpoint under {ckpt_dir}; "
+                             f"complete ones: {ckpt.complete_tags(ckpt_dir)}")
+    meta = ckpt.read_meta(ckpt_dir, tag)
+    if meta["manifest_version"] != spec.manifest_version:
+        raise ResumeMismatch(f"checkpoint {ckpt_dir / tag} was trained on dataset version {meta['manifest_version']}, "
+                             f"the tokens are now version {spec.manifest_version}; use a new run_root, or restore "
+                             f"the inputs, tokenizer and tokenize settings it was trained on")
+    if meta.get("model", asdict(spec.model)) != asdict(spec.model):
+        changed = sorted(f"{k}: {meta['model'].get(k)} -> {v}" for k, v in asdict(spec.model).items()
+                         if meta["model"].get(k) != v)
+        raise ResumeMismatch(f"checkpoint {ckpt_dir / tag} was trained with a different model ({', '.join(changed)}); "
+                             f"use a new run_root or restore the model settings")
+    return meta
+
+
+def with_skips(state: SamplerState, ranges) -> SamplerState:
+    """The checkpoint's data position plus the skip-ahead ranges of the spec (set by the recovery flow)."""
+    merged = sorted({(int(a), int(b)) for a, b in [*state.skipped, *ranges]})
+    return SamplerState(state.consumed_samples, merged)

@@ -10,6 +10,7 @@ exits non-zero, the others are killed and the error names that node and its last
 """
 from __future__ import annotations
 
+import shlex
 import signal
 import subprocess
 import threading
@@ -24,6 +25,11 @@ from pretrain.config import HostConfig, TrainConfig
 # the ranks need these, and DeepSpeed's ssh launcher does not export them on its own
 EXTRA_ENV = ("DS_ACCELERATOR", "OMP_NUM_THREADS", "PRETRAIN_FAULTS", "PYTHONUNBUFFERED", "TORCH_NCCL_ASYNC_ERROR_HANDLING")
 PROPAGATED_PREFIXES = ("NCCL_", "MLFLOW_", "PYTHON", "CUDA_", "UCX_", "TORCH_")
+# programs that hand their command to a remote shell as one line (so each argument must be quoted)
+REMOTE_SHELL_PROGRAMS = {"ssh", "autossh", "rsh", "pdsh"}
+# what DeepSpeed's ssh launcher exports to the ranks, in a line it wraps in double quotes only
+DEEPSPEED_EXPORT_PREFIXES = ("NCCL", "MLFLOW", "PYTHON", "MV2", "UCX")
+_UNSAFE_IN_DOUBLE_QUOTES = ('"', "$", "`", "\\", "\n")
 
 
 class LaunchFailed(RuntimeError):
@@ -59,13 +65,37 @@ def propagated_env(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k in EXTRA_ENV or k.startswith(PROPAGATED_PREFIXES)}
 
 
-def on_node(node_command: list[str], host: str, cmd: list[str], env: dict[str, str]) -> list[str]:
+def through_shell(node_command: list[str], override: bool | None = None) -> bool:
+    """Whether node_command hands the command to a remote shell as one line (ssh joins its arguments with
+    spaces) rather than running it as given (srun, kubectl exec)."""
+    if override is not None:
+        return override
+    return bool(node_command) and Path(node_command[0]).name in REMOTE_SHELL_PROGRAMS
+
+
+def on_node(node_command: list[str], host: str, cmd: list[str], env: dict[str, str],
+            shell: bool | None = None) -> list[str]:
     """cmd run on `host` through node_command ({host} filled in), with the environment the ranks need;
-    cmd itself when node_command is empty (this machine)."""
+    cmd itself when node_command is empty (this machine). Through a remote shell every argument is quoted,
+    so a value with a space, '&' or '?' (a PostgreSQL URI) arrives as it left."""
     if not node_command:
         return cmd
     exports = [f"{k}={v}" for k, v in sorted(propagated_env(env).items())]
-    return [part.replace("{host}", host) for part in node_command] + ["env", *exports, *cmd]
+    remote = ["env", *exports, *cmd]
+    if through_shell(node_command, shell):
+        remote = [shlex.quote(part) for part in remote]
+    return [part.replace("{host}", host) for part in node_command] + remote
+
+
+def check_deepspeed_exports(env: dict[str, str]) -> None:
+    """DeepSpeed's ssh launcher exports variables to the nodes in double quotes at most: refuse the values that
+    would arrive changed (or run as commands) instead of passing them on."""
+    exported = {k: v for k, v in env.items() if k.startswith(DEEPSPEED_EXPORT_PREFIXES) or k in EXTRA_ENV}
+    bad = sorted(k for k, v in exported.items() if any(c in v for c in _UNSAFE_IN_DOUBLE_QUOTES))
+    if bad:
+        raise ValueError(f"environment variable(s) {bad} hold a character (\" $ ` \\ or a newline) that DeepSpeed's "
+                         f"ssh launcher does not quote, so the nodes would get another value; use train.launch: "
+                         f"per_node (which quotes every value), or change the value")
 
 
 def write_ds_env_file(env: dict[str, str], path: Path) -> Path:
@@ -76,13 +106,14 @@ def write_ds_env_file(env: dict[str, str], path: Path) -> Path:
 
 
 def node_commands(deepspeed: str, hostfile: Path, hosts: list[HostConfig], master_addr: str, port: int,
-                  program: list[str], node_command: list[str], env: dict[str, str]) -> list[list[str]]:
+                  program: list[str], node_command: list[str], env: dict[str, str],
+                  shell: bool | None = None) -> list[list[str]]:
     """One `deepspeed --no_ssh --node_rank k` per node, wrapped in node_command with the environment it needs."""
     cmds = []
     for rank, host in enumerate(hosts):
         launcher = [deepspeed, "--hostfile", str(hostfile), "--no_ssh", "--node_rank", str(rank),
                     "--master_addr", master_addr, "--master_port", str(port), *program]
-        cmds.append(on_node(node_command, host.name, launcher, env))
+        cmds.append(on_node(node_command, host.name, launcher, env, shell))
     return cmds
 
 
@@ -175,4 +206,5 @@ def master_address(train: TrainConfig, hosts: list[HostConfig]) -> str:
 
 
 def env_with_file(env: dict[str, str], out_dir: Path) -> dict[str, str]:
+    check_deepspeed_exports(env)
     return {**env, "DS_ENV_FILE": str(write_ds_env_file(env, out_dir / "deepspeed_env"))}

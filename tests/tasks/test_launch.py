@@ -1,4 +1,9 @@
-"""Two simulated nodes on this machine: one `deepspeed --no_ssh --node_rank k` launcher each, one CPU rank each."""
+"""Per-node launch: two simulated nodes on this machine (one `deepspeed --no_ssh --node_rank k` launcher each,
+one CPU rank each), and the commands that carry the environment to a node."""
+import json
+import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -6,10 +11,8 @@ import psutil
 import pytest
 
 from pretrain.config import HostConfig
-from tasks.launch import node_commands, read_hostfile, write_hostfile
+from tasks.launch import check_deepspeed_exports, node_commands, on_node, read_hostfile, write_hostfile
 from tasks.train import TrainingFailed, run_train
-
-pytestmark = pytest.mark.slow
 
 TWO_NODES = [HostConfig(name="127.0.0.1", slots=1), HostConfig(name="localhost", slots=1)]
 
@@ -30,6 +33,7 @@ def processes_of(spec) -> list[psutil.Process]:
     return found
 
 
+@pytest.mark.slow
 def test_two_node_launchers_train_together(prepared_run, tmp_path):
     cfg, root = prepared_run
     lines = []
@@ -42,6 +46,7 @@ def test_two_node_launchers_train_together(prepared_run, tmp_path):
     assert not processes_of(tmp_path / "train" / "spec.json")
 
 
+@pytest.mark.slow
 def test_a_dead_node_fails_the_launch_fast_and_leaves_nothing(prepared_run, tmp_path):
     cfg, root = prepared_run
     spec = tmp_path / "train" / "spec.json"
@@ -85,3 +90,47 @@ def test_node_commands_wrap_each_launcher_with_the_environment(tmp_path):
     tail = cmds[1][cmds[1].index("deepspeed"):]
     assert tail == ["deepspeed", "--hostfile", str(hostfile), "--no_ssh", "--node_rank", "1", "--master_addr",
                     "10.0.0.1", "--master_port", "29500", "--module", "model.train"]
+
+
+def fake_ssh(folder) -> str:
+    """A stand-in for `ssh HOST ARGS...` on this machine, with ssh's own semantics: the arguments after the host are
+    joined with spaces into one line, which the (here: local) shell parses again."""
+    path = folder / "ssh"
+    path.write_text('#!/bin/sh\nhost="$1"; shift\necho "$host" >> "$0.hosts"\nexec sh -c "$*"\n')
+    path.chmod(0o755)
+    return str(path)
+
+
+SHOWS_ENV = [sys.executable, "-c", "import json, os; print(json.dumps({k: os.environ.get(k) for k in "
+             "('MLFLOW_TRACKING_URI', 'NCCL_SOCKET_IFNAME', 'PYTHONUNBUFFERED')}))"]
+AWKWARD = {"MLFLOW_TRACKING_URI": "postgresql://mlflow:p&ss word?@db:5432/mlflow?sslmode=require&connect_timeout=10",
+           "NCCL_SOCKET_IFNAME": "^lo,docker0", "PYTHONUNBUFFERED": "1", "HOME": "/nowhere"}
+
+
+def test_environment_values_reach_an_ssh_node_intact(tmp_path):
+    ssh = fake_ssh(tmp_path)
+    cmd = on_node([ssh, "{host}"], "node-7", SHOWS_ENV, AWKWARD)  # ssh: quoted, whatever the value holds
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    assert json.loads(out) == {k: AWKWARD[k] for k in ("MLFLOW_TRACKING_URI", "NCCL_SOCKET_IFNAME", "PYTHONUNBUFFERED")}
+    assert (tmp_path / "ssh.hosts").read_text() == "node-7\n"
+    # the line unquoted, as before: the shell cuts the URI at '&' and the node gets another value
+    printenv = ["printenv", "MLFLOW_TRACKING_URI"]
+    quoted = subprocess.run(on_node([ssh, "{host}"], "n", printenv, AWKWARD), capture_output=True, text=True)
+    raw = subprocess.run(on_node([ssh, "{host}"], "n", printenv, AWKWARD, shell=False), capture_output=True, text=True)
+    assert quoted.stdout == AWKWARD["MLFLOW_TRACKING_URI"] + "\n"
+    assert raw.stdout != quoted.stdout
+
+
+def test_a_command_runner_without_a_shell_gets_the_values_as_they_are(tmp_path):
+    runner = tmp_path / "run-on"  # like srun -w HOST: runs its arguments as given, no shell in between
+    runner.write_text('#!/bin/sh\nshift\nexec "$@"\n')
+    runner.chmod(0o755)
+    cmd = on_node([str(runner), "{host}"], "node-3", SHOWS_ENV, AWKWARD)
+    assert json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)["MLFLOW_TRACKING_URI"] \
+        == AWKWARD["MLFLOW_TRACKING_URI"]
+
+
+def test_values_deepspeeds_ssh_launcher_would_change_are_refused():
+    check_deepspeed_exports({"MLFLOW_TRACKING_URI": AWKWARD["MLFLOW_TRACKING_URI"], "HOME": "$HOME"})  # fine
+    with pytest.raises(ValueError, match=r"\['NCCL_DEBUG_FILE'\].*per_node"):
+        check_deepspeed_exports({"NCCL_DEBUG_FILE": "/tmp/nccl.$HOST.log"})

@@ -1,6 +1,8 @@
 """The train stage with real DeepSpeed ranks (2 CPU processes, gloo, ZeRO-1)."""
 import json
+import os
 import shutil
+from collections import Counter
 
 import pytest
 import torch
@@ -177,3 +179,54 @@ def test_training_leaves_no_deepspeed_buffers_in_dev_shm(prepared_run, tmp_path)
     result, lines = train(cfg, root, tmp_path / "train", steps=1, save_every=1, master_port=port)
     assert result["exit_code"] == 0
     assert not list(Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_*_{port}_*"))
+
+
+# Loaded by every Python process of the run (sitecustomize on PYTHONPATH): wraps torch.distributed's collectives and
+# records, per call, the first frame outside torch that made it.
+TRACER = """
+import os
+if os.environ.get("PRETRAIN_TEST_TRACE_DIR"):
+    import json, sys
+    import torch, torch.distributed as dist
+    TORCH = os.path.dirname(torch.__file__)
+    def wrap(name, fn):
+        def traced(*args, **kwargs):
+            frame = sys._getframe(1)
+            while frame and frame.f_code.co_filename.startswith(TORCH):
+                frame = frame.f_back
+            path = os.path.join(os.environ["PRETRAIN_TEST_TRACE_DIR"], f"{os.getpid()}.jsonl")
+            with open(path, "a") as f:
+                f.write(json.dumps({"name": name, "file": frame.f_code.co_filename if frame else "?",
+                                    "rank": os.environ.get("RANK")}) + "\\n")
+            return fn(*args, **kwargs)
+        return traced
+    for name in ("all_reduce", "all_gather", "all_gather_into_tensor", "barrier", "broadcast", "reduce",
+                 "reduce_scatter", "reduce_scatter_tensor", "gather", "scatter", "all_to_all_single",
+                 "all_gather_object", "broadcast_object_list"):
+        setattr(dist, name, wrap(name, getattr(dist, name)))
+"""
+
+
+def test_every_collective_the_program_makes_goes_through_the_comm_module(prepared_run, tmp_path, monkeypatch):
+    """A real 2-rank run with staging, eval and two checkpoints: each collective our code makes (not DeepSpeed's
+    own) comes from model/comm.py, and a step costs exactly one all-reduce."""
+    from tests.conftest import ROOT
+
+    cfg, root = prepared_run
+    site, trace = tmp_path / "site", tmp_path / "trace"
+    site.mkdir()
+    trace.mkdir()
+    (site / "sitecustomize.py").write_text(TRACER)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv("PRETRAIN_TEST_TRACE_DIR", str(trace))
+    result, _ = train(cfg, root, tmp_path / "train", steps=4, save_every=2, eval_every=2, eval_samples_per_channel=2,
+                      stage_data_dir=str(tmp_path / "stage"))
+    assert result["exit_code"] == 0
+    calls = [json.loads(line) for f in trace.glob("*.jsonl") for line in f.read_text().splitlines()]
+    assert any(os.sep + "deepspeed" + os.sep in c["file"] for c in calls)  # the tracer sees DeepSpeed's own too
+    ours = [c for c in calls if c["file"].startswith(str(ROOT)) and "site-packages" not in c["file"]]
+    assert ours and {os.path.relpath(c["file"], ROOT) for c in ours} == {os.path.join("model", "comm.py")}, \
+        Counter(c["file"] for c in ours)
+    rank0 = Counter(c["name"] for c in ours if c["rank"] == "0")
+    # 4 steps' agreements + staging + 2 room-to-save checks + 2 evals; 2 barriers per checkpoint
+    assert rank0 == {"all_reduce": 4 + 1 + 2 + 2, "barrier": 2 * 2}

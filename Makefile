@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 TORCH_VERSION     := 2.13.0
 DEEPSPEED_VERSION := 0.19.8
 
-.PHONY: install demo stop status test test-fast clean-runs
+.PHONY: install demo stop status test test-fast gpu-check clean-runs
 
 install: $(STAMP)
 
@@ -36,6 +36,10 @@ test: install
 
 test-fast: install
 	$(BIN)/python -m pytest tests -m "not slow"
+
+# on a GPU node after `make install`: the training program on the GPUs (benchmarks/gpu_check.py)
+gpu-check: install
+	$(BIN)/python benchmarks/gpu_check.py
 
 clean-runs:
 	rm -rf runs

@@ -21,18 +21,23 @@ class _TokenCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, logits: torch.Tensor, targets: torch.Tensor, rows: int) -> torch.Tensor:
         n = logits.shape[0]
+        fp32 = logits.dtype == torch.float32
         losses = torch.empty(n, dtype=torch.float32, device=logits.device)
         grad = torch.empty_like(logits) if ctx.needs_input_grad[0] else None
+        scratch = None if fp32 and grad is not None else \
+            torch.empty(min(n, rows), logits.shape[1], dtype=torch.float32, device=logits.device)
         for start in range(0, n, rows):
             stop = min(n, start + rows)
-            chunk = logits[start:stop].to(torch.float32, copy=True)  # a copy: softmax is formed in it
             target = targets[start:stop].unsqueeze(1)
-            lse = torch.logsumexp(chunk, dim=-1, keepdim=True)
-            losses[start:stop] = (lse - chunk.gather(1, target)).squeeze(1)
+            # fp32 log-softmax of the rows, upcast inside the kernel, into the gradient's own rows when it is fp32
+            logp = grad[start:stop] if scratch is None else scratch[:stop - start]
+            torch.log_softmax(logits[start:stop], dim=-1, dtype=torch.float32, out=logp)
+            losses[start:stop] = -logp.gather(1, target).squeeze(1)
             if grad is not None:
-                probs = chunk.sub_(lse).exp_()  # softmax, in the upcast buffer
-                probs.scatter_add_(1, target, torch.full_like(target, -1, dtype=probs.dtype))
-                grad[start:stop] = probs
+                probs = logp.exp_()
+                probs.scatter_add_(1, target, torch.full_like(target, -1, dtype=probs.dtype))  # softmax - one-hot
+                if scratch is not None:
+                    grad[start:stop] = probs
         ctx.rows = rows
         ctx.save_for_backward(grad)
         return losses
@@ -44,7 +49,11 @@ class _TokenCrossEntropy(torch.autograd.Function):
         # version check on the saved tensor
         for start in range(0, grad.shape[0], ctx.rows):
             stop = min(grad.shape[0], start + ctx.rows)
-            grad[start:stop] = grad[start:stop].float() * grad_losses[start:stop, None]
+            scale = grad_losses[start:stop, None]
+            if grad.dtype == torch.float32:
+                grad[start:stop].mul_(scale)
+            else:
+                grad[start:stop] = grad[start:stop].float().mul_(scale)
         return grad, None, None
 
 

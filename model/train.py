@@ -294,8 +294,9 @@ def train(spec: Spec) -> int:
     tracker = Rank0Tracker(spec.out_dir, METRICS_FILE, EVENTS_FILE) if comm.rank == 0 else NullTracker()
     start_step, state = resume(engine, spec, comm)
     sampler = training_sampler(dataset, t, state)
+    on_gpu = comm.device.type == "cuda"
     batches = BatchPrefetcher(dataset, sampler, comm.rank, comm.world, t["micro_batch_size"], t["grad_accum"],
-                              pin_memory=comm.device.type == "cuda")
+                              pin_memory=on_gpu, read_ahead=on_gpu)
     mirror = Mirror(t["mirror_url"], tracker.event) if t.get("mirror_url") and comm.rank == 0 else None
     loop = Loop(spec, dataset, batches, tracker, Guard(tracker.event), mirror, detector_for(t), comm, start_step,
                 state, flops_per_token(spec.model, t["seq_len"]),

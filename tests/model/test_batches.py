@@ -46,6 +46,24 @@ def test_prefetched_batches_are_the_synchronous_ones_with_their_positions(prepar
     assert not batches.thread.is_alive()
 
 
+def test_without_read_ahead_the_same_batches_are_read_in_the_training_thread(prepared_run):
+    _, root = prepared_run
+    dataset = ThreadRecordingDataset(root / "tokens", seq_len=32)
+    ahead = BatchPrefetcher(TokenDataset(root / "tokens", seq_len=32), GlobalSampler(len(dataset), seed=3), rank=0,
+                            world=1, micro_batch=2, grad_accum=2)
+    inline = BatchPrefetcher(dataset, GlobalSampler(len(dataset), seed=3), rank=0, world=1, micro_batch=2, grad_accum=2,
+                             read_ahead=False)
+    try:
+        for _ in range(3):
+            a, b = ahead.next(), inline.next()
+            assert a.positions == b.positions and a.state.to_dict() == b.state.to_dict()
+            assert all((x[0] == y[0]).all() for x, y in zip(a.micro, b.micro))
+    finally:
+        ahead.close()
+        inline.close()
+    assert dataset.threads == {threading.current_thread().name}
+
+
 def test_a_reading_error_is_raised_in_the_training_loop(prepared_run, tmp_path):
     _, root = prepared_run
     tokens = tmp_path / "tokens"

@@ -104,7 +104,7 @@ def sized_tokenizer(ctx: Context, config: str) -> tuple[Path, int]:
 def model_and_train(ctx: Context, preset: str, **train) -> tuple[ModelConfig, TrainConfig]:
     if ctx.dry_run:  # the same shapes of run, CPU-sized
         preset = "debug"
-        train.update(seq_len=64, micro_batch_size=2, steps=4)
+        train.update(seq_len=64, micro_batch_size=2, steps=4, warmup_steps=1)
     base = dict(micro_batch_size=8, grad_accum=1, lr=3e-4, min_lr=3e-5, warmup_steps=5, precision="bf16",
                 accelerator=ctx.accelerator, num_gpus=ctx.ranks, log_every=1, save_every=10**6, export_hf=False,
                 eval_samples_per_channel=0, anomaly={"enabled": False}, keep_last=1)
@@ -200,7 +200,7 @@ def check_export(ctx: Context, train_dir: Path) -> dict:
     ours = Transformer(args)
     ours.load_state_dict(load_checkpoint_state(train_dir / "checkpoints", exported["tag"]))
     ours = ours.to(device).eval()
-    hf = transformers.LlamaForCausalLM.from_pretrained(exported["export_dir"], torch_dtype=torch.float32).to(device).eval()
+    hf = transformers.LlamaForCausalLM.from_pretrained(exported["export_dir"], dtype=torch.float32).to(device).eval()
     tokens = torch.randint(0, min(args.vocab_size, 8000), (2, 128), generator=torch.Generator().manual_seed(0)).to(device)
     with torch.no_grad():
         a, b = ours(tokens).float(), hf(tokens).logits.float()

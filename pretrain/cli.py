@@ -86,6 +86,45 @@ def extend_command(args) -> int:
     return 0
 
 
+def path_checks(cfg) -> tuple[list[str], list[str]]:
+    """(problems, notes) about what the config points at: its sources and its run root."""
+    import fsspec
+
+    from tasks.clean.readers import SourceError, expand_source
+
+    problems, notes = [], []
+    for source in cfg.clean.sources:
+        protocol = fsspec.utils.get_protocol(source.resolved_path())
+        if protocol not in ("file", "local"):
+            notes.append(f"not checked: source '{source.source_name}' is remote ({protocol}://); the clean stage "
+                         f"will read it")
+            continue
+        try:
+            _, files = expand_source(source)
+            notes.append(f"checked: source '{source.source_name}': {len(files)} file(s)")
+        except SourceError as err:
+            problems.append(str(err))
+    root = cfg.run_root_path()
+    existing = next(p for p in (root, *root.parents) if p.exists())
+    if existing == root and not root.is_dir():
+        problems.append(f"run_root {root} exists and is not a directory; point run_root elsewhere")
+    elif not os.access(existing, os.W_OK):
+        problems.append(f"run_root {root}: {existing} is not writable; point run_root at a folder you can write")
+    else:
+        notes.append(f"checked: run_root {root} " + ("exists" if existing == root else "will be created"))
+    return problems, notes
+
+
+def check_config_command(cfg) -> int:
+    print(json.dumps(cfg.model_dump(), indent=2))
+    problems, notes = path_checks(cfg)
+    for line in notes:
+        print(line)
+    for line in problems:
+        print(f"error: {line}", file=sys.stderr)
+    return 2 if problems else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     # Prefect's telemetry heartbeat only fails on these offline machines
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -102,8 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if args.command == "check-config":
-        print(json.dumps(cfg.model_dump(), indent=2))
-        return 0
+        return check_config_command(cfg)
     if args.command == "export-hf":
         return export_command(cfg, args)
     try:

@@ -7,14 +7,18 @@ bad value is an error that names the key; all problems are reported at once.
 from __future__ import annotations
 
 import os
+import re
 import sysconfig
 from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError, field_validator,
+                      model_validator)
 
 Channel = Literal["zh", "en", "code"]
+MAX_VOCAB = 1_000_000  # beyond any tokenizer trained in practice (256k is large); far beyond, the trainer aborts
+SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
 
 
 class ConfigError(ValueError):
@@ -22,7 +26,26 @@ class ConfigError(ValueError):
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # inf / nan are refused in every float field (a learning rate of .inf validated before)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bools_for_numbers(cls, data):
+        """YAML's `true` is not a number: `steps: true` would otherwise train 1 step."""
+        if isinstance(data, dict):
+            bad = [k for k, v in data.items() if isinstance(v, bool) and k in cls.model_fields
+                   and _is_number(cls.model_fields[k].annotation)]
+            if bad:
+                raise ValueError(f"{', '.join(bad)}: a number is required, got true/false")
+        return data
+
+
+def _is_number(annotation) -> bool:
+    args = getattr(annotation, "__args__", None)
+    if args and type(None) in args:  # int | None, float | None
+        return any(_is_number(a) for a in args if a is not type(None))
+    return annotation in (int, float)
 
 
 class SourceConfig(Strict):
@@ -215,8 +238,9 @@ class PruneConfig(Strict):
 
 
 class TokenizerConfig(Strict):
-    vocab_size: int = Field(8000, description="learned vocabulary incl. the 256 byte tokens and bos/eos/pad, excl. the reserved block")
-    reserved_tokens: int = Field(64, ge=0, description="reserved special tokens kept free for later work")
+    vocab_size: int = Field(8000, le=MAX_VOCAB, description="learned vocabulary incl. the 256 byte tokens and "
+                            f"bos/eos/pad, excl. the reserved block (at most {MAX_VOCAB:,})")
+    reserved_tokens: int = Field(64, ge=0, le=MAX_VOCAB, description="reserved special tokens kept free for later work")
     min_frequency: int = Field(2, ge=1)
     max_training_chars: int = Field(200_000_000, gt=0, description="cap on characters fed to the trainer (bounds its memory)")
     channel_mix: dict[Literal["zh", "en", "code", "other"], float] = Field(
@@ -430,6 +454,9 @@ class TrainConfig(Strict):
     def _lr_order(self) -> "TrainConfig":
         if self.min_lr > self.lr:
             raise ValueError(f"train.min_lr={self.min_lr} is above train.lr={self.lr}; lower train.min_lr")
+        if self.warmup_steps >= self.steps:
+            raise ValueError(f"train.warmup_steps={self.warmup_steps} is not below train.steps={self.steps}: the "
+                             f"learning rate would never leave its warm-up; lower train.warmup_steps")
         return self
 
 
@@ -455,9 +482,9 @@ class EvalConfig(Strict):
 
 class ScalingConfig(Strict):
     """The scaling flow: a grid of small runs (budgets x widths) on this run's data, and the law fitted to them."""
-    budgets: list[float] = Field(default_factory=list, description="training FLOPs (6 N D, N non-embedding) of each "
+    budgets: list[PositiveFloat] = Field(default_factory=list, description="training FLOPs (6 N D, N non-embedding) of each "
                                  "grid column, e.g. [1e17, 3e17, 1e18]; a model of each width trains for C / 6N tokens")
-    dims: list[int] = Field(default_factory=lambda: [256, 384, 512, 768, 1024], description="model widths tried at "
+    dims: list[PositiveInt] = Field(default_factory=lambda: [256, 384, 512, 768, 1024], description="model widths tried at "
                             "each budget; depth, heads and SwiGLU size follow from the width (tasks/scaling/grid.py)")
     min_steps: int = Field(20, gt=0, description="grid points with fewer steps are skipped (too short to mean much)")
     max_steps: int = Field(20000, gt=0, description="... and with more (the budget wants a smaller width)")
@@ -471,7 +498,8 @@ class TrackingConfig(Strict):
 
 
 class PipelineConfig(Strict):
-    name: str = Field(description="run name, shown in Prefect and MLflow")
+    name: str = Field(description="run name, shown in Prefect and MLflow and used in their queries and in file "
+                      "names: letters, digits, '.', '_' and '-', starting with a letter or digit, at most 100")
     run_root: str = Field(description="directory every stage writes under; relative paths are taken from the working directory")
     clean: CleanConfig
     tokenizer: TokenizerConfig = TokenizerConfig()
@@ -482,6 +510,14 @@ class PipelineConfig(Strict):
     eval: EvalConfig = EvalConfig()
     scaling: ScalingConfig = ScalingConfig()
     tracking: TrackingConfig = TrackingConfig()
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, name: str) -> str:
+        if not re.fullmatch(SAFE_NAME, name):
+            raise ValueError(f"{name!r} is not a safe run name (it goes into MLflow queries, Prefect keys and file "
+                             f"names); use letters, digits, '.', '_' and '-', starting with a letter or digit")
+        return name
 
     @model_validator(mode="after")
     def _seq_fits_model(self) -> "PipelineConfig":
@@ -503,7 +539,7 @@ def _describe(err: ValidationError) -> str:
         elif e["type"] == "missing":
             lines.append(f"  {where}: required key is missing")
         else:
-            lines.append(f"  {where}: {e['msg']}")
+            lines.append(f"  {where}: {e['msg'].removeprefix('Value error, ')}")
     return "\n".join(lines)
 
 
@@ -516,12 +552,29 @@ def parse_config(data: object, origin: str = "<config>") -> PipelineConfig:
         raise ConfigError(f"{origin}: {err.error_count()} problem(s):\n{_describe(err)}") from None
 
 
+class UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.safe_load, except that a key given twice in one mapping is an error (PyYAML keeps the last silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor` merges; explicit keys may override it
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} appears twice in one mapping (first on line {seen[key] + 1}); "
+                    f"remove one of them", key_node.start_mark)
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep)
+
+
 def load_config(path: str | os.PathLike) -> PipelineConfig:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist; pass --config with a YAML file such as configs/tiny.yaml")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -1,4 +1,5 @@
-"""The `pretrain` CLI running real stage flows (Prefect starts a temporary server)."""
+"""The `pretrain` CLI: real stage flows (slow: Prefect starts a temporary server), check-config and plan."""
+import os
 import subprocess
 import sys
 
@@ -7,14 +8,13 @@ import yaml
 
 from tests.conftest import ROOT, tiny_dict
 
-pytestmark = pytest.mark.slow
-
 
 def run_cli(*args, cwd=ROOT):
     return subprocess.run([sys.executable, "-m", "pretrain.cli", *args], capture_output=True, text=True,
                           cwd=cwd, timeout=600)
 
 
+@pytest.mark.slow
 def test_missing_source_fails_clearly_and_writes_nothing(tmp_path):
     data = tiny_dict(tmp_path / "run")
     data["clean"]["sources"] = [{"path": str(tmp_path / "absent" / "*.jsonl")}]
@@ -27,6 +27,7 @@ def test_missing_source_fails_clearly_and_writes_nothing(tmp_path):
     assert not (tmp_path / "run" / "clean").exists()
 
 
+@pytest.mark.slow
 def test_stage_needs_previous_stage(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump(tiny_dict(tmp_path / "run")))
@@ -36,6 +37,7 @@ def test_stage_needs_previous_stage(tmp_path):
     assert not (tmp_path / "run" / "tokens").exists()
 
 
+@pytest.mark.slow
 def test_clean_stage_alone(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump(tiny_dict(tmp_path / "run")))
@@ -57,3 +59,29 @@ def test_plan_prints_the_chinchilla_allocation_and_names_missing_inputs(capsys):
     assert planned["mfu_source"] == "--mfu"
     assert main(["plan", "--days", "14"]) == 2
     assert "--days needs --gpus" in capsys.readouterr().out
+
+
+def write(tmp_path, data) -> str:
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def test_check_config_checks_the_sources_and_the_run_root(tmp_path, capsys):
+    from pretrain.cli import main
+
+    data = tiny_dict(tmp_path / "run")
+    assert main(["check-config", "--config", write(tmp_path, data)]) == 0
+    out = capsys.readouterr().out
+    assert "checked: source 'demo-paragraphs': 1 file(s)" in out and f"run_root {tmp_path / 'run'} will be created" in out
+    data["clean"]["sources"].append({"path": str(tmp_path / "absent" / "*.jsonl"), "name": "gone"})
+    data["clean"]["sources"].append({"path": "s3://bucket/corpus/*.jsonl", "name": "remote"})
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    data["run_root"] = str(locked / "run")
+    assert main(["check-config", "--config", write(tmp_path, data)]) == 2
+    captured = capsys.readouterr()
+    assert "source 'gone': nothing found at" in captured.err
+    assert "not checked: source 'remote' is remote (s3://)" in captured.out
+    if os.geteuid() != 0:  # root writes anywhere
+        assert f"{locked} is not writable" in captured.err

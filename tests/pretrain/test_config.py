@@ -2,8 +2,9 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
-from pretrain.config import ConfigError, load_config, parse_config
+from pretrain.config import ConfigError, UniqueKeyLoader, load_config, parse_config
 from tests.conftest import ROOT, tiny_dict
 
 
@@ -75,3 +76,43 @@ def test_cli_reports_one_clear_error(tmp_path, content, expected):
     assert expected in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "r").exists()
+
+
+def load_text(tmp_path, text: str):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    return load_config(path)
+
+
+@pytest.mark.parametrize("section, key, value, message", [
+    ("train", "lr", float("inf"), "train.lr: Input should be a finite number"),
+    ("train", "min_lr", float("nan"), "train.min_lr: Input should be a finite number"),
+    ("train", "steps", True, "steps: a number is required, got true/false"),
+    ("tokenizer", "vocab_size", 100_000_000_000, "tokenizer.vocab_size: Input should be less than or equal to 1000000"),
+    ("train", "warmup_steps", 6, "train.warmup_steps=6 is not below train.steps=6"),
+    ("scaling", "budgets", [1e17, -3e17], "scaling.budgets.1: Input should be greater than 0"),
+    ("scaling", "dims", [0], "scaling.dims.0: Input should be greater than 0"),
+])
+def test_values_that_used_to_pass_are_refused_at_validation(tmp_path, section, key, value, message):
+    data = tiny_dict(tmp_path)
+    data.setdefault(section, {})[key] = value
+    with pytest.raises(ConfigError) as err:
+        parse_config(data)
+    assert message in str(err.value)
+
+
+@pytest.mark.parametrize("name", ['tiny"; DROP', "a b", "-leading-dash", "x" * 101, "../escape"])
+def test_run_names_are_safe_for_queries_keys_and_paths(tmp_path, name):
+    data = tiny_dict(tmp_path)
+    data["name"] = name
+    with pytest.raises(ConfigError, match="is not a safe run name"):
+        parse_config(data)
+
+
+def test_a_key_given_twice_is_an_error_not_the_last_one_silently(tmp_path):
+    with pytest.raises(ConfigError, match=r"line 3.*key 'lr' appears twice in one mapping \(first on line 2\)"):
+        load_text(tmp_path, "train:\n  lr: 1.0e-3\n  lr: 1.0\n")
+    # YAML merge keys still override what they merge in
+    merged = yaml.safe_load("a: &base {x: 1}\nb:\n  <<: *base\n  x: 2\n")
+    assert merged["b"] == {"x": 2}
+    assert yaml.load("a: &base {x: 1}\nb:\n  <<: *base\n  x: 2\n", Loader=UniqueKeyLoader)["b"] == {"x": 2}

@@ -10,7 +10,7 @@ from tests.tasks.test_launch import fake_ssh
 
 
 def train_config(**overrides) -> TrainConfig:
-    return TrainConfig(seq_len=16, micro_batch_size=1, steps=1, **overrides)
+    return TrainConfig(seq_len=16, micro_batch_size=1, steps=1, warmup_steps=0, **overrides)
 
 
 def test_a_run_keeps_the_port_its_first_launch_chose(tmp_path):

@@ -329,9 +329,25 @@ class ModelConfig(Strict):
         return self
 
 
+HOST_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$"
+
+
+def check_host(name: str, where: str) -> str:
+    """A host name or IPv4 address, nothing a shell or ssh would read as an option or a command."""
+    if not re.fullmatch(HOST_NAME, name):
+        raise ValueError(f"{where}={name!r} is not a host name (letters, digits, '.', '-' and '_', starting with a "
+                         f"letter or digit): ssh would read it as an option or the shell as a command; fix the name")
+    return name
+
+
 class HostConfig(Strict):
-    name: str = Field(min_length=1, description="hostname or address the launcher reaches the node by")
+    name: str = Field(description="hostname or address the launcher reaches the node by")
     slots: int = Field(gt=0, description="ranks (GPUs) on the node")
+
+    @field_validator("name")
+    @classmethod
+    def _host_name(cls, name: str) -> str:
+        return check_host(name, "train.hosts[].name")
 
 
 class MixtureConfig(Strict):
@@ -440,6 +456,11 @@ class TrainConfig(Strict):
     mixture: MixtureConfig | None = Field(None, description="sampling weights per channel or source; None: natural proportions")
     stage_data_dir: str | None = Field(None, description="copy the token shards here on every node before training "
                                        "(a local disk or /dev/shm); None: read them where the tokenize stage wrote them")
+
+    @field_validator("master_addr")
+    @classmethod
+    def _master_host(cls, name: str | None) -> str | None:
+        return None if name is None else check_host(name, "train.master_addr")
 
     @model_validator(mode="after")
     def _one_host_list(self) -> "TrainConfig":

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
-from pretrain.config import HostConfig, TrainConfig
+from pretrain.config import HostConfig, TrainConfig, check_host
 
 # the ranks need these, and DeepSpeed's ssh launcher does not export them on its own
 EXTRA_ENV = ("DS_ACCELERATOR", "OMP_NUM_THREADS", "PRETRAIN_FAULTS", "PYTHONUNBUFFERED", "TORCH_NCCL_ASYNC_ERROR_HANDLING")
@@ -46,7 +46,7 @@ def read_hostfile(path: Path) -> list[HostConfig]:
             continue
         name, _, rest = line.partition(" ")
         slots = int(rest.strip().removeprefix("slots=")) if "slots=" in rest else 1
-        hosts.append(HostConfig(name=name, slots=slots))
+        hosts.append(HostConfig(name=check_host(name, f"{path}: host"), slots=slots))
     if not hosts:
         raise ValueError(f"hostfile {path} lists no nodes; one line per node: '<host> slots=<GPUs>'")
     return hosts

@@ -146,10 +146,10 @@ def run_launcher(cmd: list[str], env: dict[str, str], log_line: Callable[[str], 
 def launch(train: TrainConfig, spec_path: Path, env: dict[str, str], out_dir: Path, log_line: Callable[[str], None],
            tail: deque) -> int:
     """One launcher (this node, or every node over ssh), or one per node (`train.launch: per_node`)."""
-    hostfile = hostfile_for(train, out_dir)
-    hosts = read_hostfile(hostfile) if hostfile else []
     port = None
     try:
+        hostfile = hostfile_for(train, out_dir)
+        hosts = read_hostfile(hostfile) if hostfile else []  # every name checked before any reaches ssh
         port = master_port(train, master_address(train, hosts) if hosts else "localhost", out_dir, env)
         if hostfile is None or train.launch == "ssh":
             env = env_with_file(env, out_dir) if hostfile else env

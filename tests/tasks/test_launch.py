@@ -134,3 +134,36 @@ def test_values_deepspeeds_ssh_launcher_would_change_are_refused():
     check_deepspeed_exports({"MLFLOW_TRACKING_URI": AWKWARD["MLFLOW_TRACKING_URI"], "HOME": "$HOME"})  # fine
     with pytest.raises(ValueError, match=r"\['NCCL_DEBUG_FILE'\].*per_node"):
         check_deepspeed_exports({"NCCL_DEBUG_FILE": "/tmp/nccl.$HOST.log"})
+
+
+HOSTILE = "-oProxyCommand=touch${IFS}pwned"
+
+
+def test_a_host_name_ssh_would_read_as_an_option_is_refused(tmp_path):
+    from pretrain.config import ConfigError, parse_config
+    from tests.conftest import tiny_dict
+
+    data = tiny_dict(tmp_path)
+    data["train"]["hosts"] = [{"name": "node-01", "slots": 1}, {"name": HOSTILE, "slots": 1}]
+    with pytest.raises(ConfigError, match=r"train.hosts.1.name: .*is not a host name"):
+        parse_config(data)
+    data["train"]["hosts"] = []
+    data["train"]["master_addr"] = "node-01;reboot"
+    with pytest.raises(ConfigError, match="train.master_addr='node-01;reboot' is not a host name"):
+        parse_config(data)
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text(f"node-01 slots=8\n{HOSTILE} slots=8\n")
+    with pytest.raises(ValueError, match=rf"{hostfile}: host='-oProxyCommand.*is not a host name"):
+        read_hostfile(hostfile)
+
+
+def test_the_train_stage_refuses_a_hostile_hostfile_before_any_ssh(prepared_run, tmp_path):
+    cfg, root = prepared_run
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text(f"{HOSTILE} slots=1\n")
+    ssh = fake_ssh(tmp_path)
+    train = cfg.train.model_copy(update={"hostfile": str(hostfile), "launch": "per_node", "node_command": [ssh, "{host}"]})
+    with pytest.raises(TrainingFailed, match="is not a host name") as err:
+        run_train(cfg.model, train, root / "tokenizer", root / "tokens", tmp_path / "train", {}, log_line=lambda _: None)
+    assert err.value.exit_code == 44
+    assert not (tmp_path / "ssh.hosts").exists() and not (tmp_path / "pwned").exists()

@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from model.llama import ModelArgs
+from model.safe_load import weights_only_loads
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 
@@ -58,14 +59,16 @@ def hf_state_dict(state: dict[str, torch.Tensor], args: ModelArgs, dtype: torch.
 def load_checkpoint_state(ckpt_dir: Path, tag: str) -> dict[str, torch.Tensor]:
     """The full model state of a DeepSpeed checkpoint, fp32 (ZeRO partitions merged) when it has them."""
     tag_dir = Path(ckpt_dir) / tag
-    if any(tag_dir.glob("*optim_states.pt")) and any(tag_dir.glob("zero_pp_rank_*")):
-        from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+    with weights_only_loads():  # files from shared storage: unpickled as data only, DeepSpeed's merge included
+        if any(tag_dir.glob("*optim_states.pt")) and any(tag_dir.glob("*zero_pp_rank_*")):  # bf16_zero_pp_rank_ too
+            from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
-        return get_fp32_state_dict_from_zero_checkpoint(str(ckpt_dir), tag=tag)
-    states = sorted(tag_dir.glob("mp_rank_*_model_states.pt"))
-    if not states:
-        raise FileNotFoundError(f"{tag_dir} holds no DeepSpeed model states; is it a checkpoint directory?")
-    return {k: v.float() for k, v in torch.load(states[0], map_location="cpu", weights_only=False)["module"].items()}
+            return get_fp32_state_dict_from_zero_checkpoint(str(ckpt_dir), tag=tag)
+        states = sorted(tag_dir.glob("mp_rank_*_model_states.pt"))
+        if not states:
+            raise FileNotFoundError(f"{tag_dir} holds no DeepSpeed model states; is it a checkpoint directory?")
+        module = torch.load(states[0], map_location="cpu", weights_only=True)["module"]
+    return {k: v.float() for k, v in module.items()}
 
 
 def export(state: dict[str, torch.Tensor], args: ModelArgs, tokenizer_dir: Path, out_dir: Path,

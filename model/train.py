@@ -41,6 +41,7 @@ from model.llama import ModelArgs, Transformer, count_parameters, flops_per_toke
 from model.mirror import Mirror
 from model.optimizer import with_optimizer
 from model.perf import device_name, memory_gb, mfu, peak_tflops
+from model.safe_load import force_weights_only
 from model.protocol import EVENTS_FILE, EXIT_ANOMALY, EXIT_CONFIG, EXIT_DONE, EXIT_STOPPED, METRICS_FILE
 from model.staging import StagingError, stage_tokens, staged_path
 from model.steps import PendingStep, agree, grad_norms, reduce_stats, step_metrics, train_step
@@ -282,6 +283,7 @@ def train(spec: Spec) -> int:
     import deepspeed  # imported here so `--help` and spec errors are fast
 
     t = spec.train
+    force_weights_only()  # checkpoints on shared storage are data: DeepSpeed's loads too run no pickled code
     deepspeed.init_distributed(dist_backend="gloo" if t["accelerator"] == "cpu" else "nccl",
                                timeout=datetime.timedelta(minutes=t["timeout_minutes"]))
     comm = Comm.current()

@@ -1,6 +1,7 @@
 """Saving and resuming the training state: DeepSpeed's checkpoint plus the data position and RNG states."""
 from __future__ import annotations
 
+import pickle
 import random
 import sys
 from dataclasses import asdict
@@ -22,7 +23,11 @@ class ResumeMismatch(RuntimeError):
 
 
 def rng_state() -> dict:
-    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    """Every RNG's state in types the weights-only loader reads back (tensors, numbers, strings, tuples)."""
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    state = {"torch": torch.get_rng_state(), "python": random.getstate(),
+             "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                       "has_gauss": int(has_gauss), "cached_gaussian": float(cached)}}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state()
     return state
@@ -30,10 +35,21 @@ def rng_state() -> dict:
 
 def set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])
+    n = state["numpy"]
+    np.random.set_state((n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached_gaussian"]))
     random.setstate(state["python"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state(state["cuda"])
+
+
+def restore_rng(path: Path) -> None:
+    """This rank's RNG states from a checkpoint; a file the weights-only loader refuses (older format, or
+    tampered) is reported and skipped: the weights and the data position still resume exactly."""
+    try:
+        set_rng_state(torch.load(path, weights_only=True))
+    except (pickle.UnpicklingError, RuntimeError, KeyError, TypeError, ValueError) as err:
+        print(f"warning: RNG states in {path} not restored ({type(err).__name__}: {str(err)[:200]}); "
+              f"training resumes with fresh RNG states", file=sys.stderr, flush=True)
 
 
 def save(engine, spec, step: int, position: SamplerState, tracker, comm: Comm, mirror: Mirror | None = None) -> str:
@@ -92,7 +108,7 @@ def resume(engine, spec, comm: Comm) -> tuple[int, SamplerState]:
         raise RuntimeError(f"DeepSpeed could not load complete checkpoint {ckpt_dir / tag}")
     rng_file = ckpt_dir / tag / f"rng_rank{comm.rank}.pt"
     if meta.get("world_size") == comm.world and rng_file.is_file():
-        set_rng_state(torch.load(rng_file, weights_only=False))
+        restore_rng(rng_file)
     if comm.rank == 0:
         print(f"resumed from {tag} at step {meta['step']}", flush=True)
     state = SamplerState.from_dict(meta["data_position"])

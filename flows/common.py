@@ -9,6 +9,7 @@ from typing import Iterator
 from pydantic import BaseModel
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
+from model.redact import redact_url
 from pretrain.config import PipelineConfig
 from tasks import tracking
 
@@ -39,8 +40,9 @@ class StageRun:
     def mlflow_link(self) -> str:
         """Markdown naming the MLflow run; a link when the tracking server is an http(s) URL."""
         if self.mlflow_uri.startswith(("http://", "https://")) and self.experiment_id:
-            return f"[{self.run_id}]({self.mlflow_uri.rstrip('/')}/#/experiments/{self.experiment_id}/runs/{self.run_id})"
-        return f"`{self.run_id}` in `{self.mlflow_uri}`"
+            return (f"[{self.run_id}]({redact_url(self.mlflow_uri).rstrip('/')}/#/experiments/{self.experiment_id}"
+                    f"/runs/{self.run_id})")
+        return f"`{self.run_id}` in `{redact_url(self.mlflow_uri)}`"
 
 
 def tracking_target(cfg: PipelineConfig) -> tuple[Path, str, str]:

@@ -14,6 +14,7 @@ from pathlib import Path
 import yaml
 
 from model.protocol import EVENTS_FILE
+from model.redact import redact
 from pretrain.config import PipelineConfig
 
 CHECKPOINT_SAVED = "pretrain.checkpoint.saved"
@@ -29,7 +30,9 @@ def config_snapshot(cfg: PipelineConfig) -> Path:
     path = cfg.run_root_path() / "config.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".yaml.tmp")
-    tmp.write_text(yaml.safe_dump(cfg.model_dump(mode="json"), allow_unicode=True, sort_keys=False), encoding="utf-8")
+    # URL passwords are left out: the flows it triggers take credentials from their workers' environment
+    tmp.write_text(yaml.safe_dump(redact(cfg.model_dump(mode="json")), allow_unicode=True, sort_keys=False),
+                   encoding="utf-8")
     tmp.replace(path)
     return path
 

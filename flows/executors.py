@@ -7,6 +7,7 @@ from prefect.futures import as_completed
 from prefect.task_runners import ProcessPoolTaskRunner
 
 from pretrain.config import ExecutorConfig
+from tasks.common.lifetime import die_with_parent
 
 
 def task_runner_for(executor: ExecutorConfig):
@@ -17,7 +18,7 @@ def task_runner_for(executor: ExecutorConfig):
             raise RuntimeError("clean.executor.kind is 'ray' but prefect-ray is not installed; "
                                "run `pip install prefect-ray` or set clean.executor.kind: process") from None
         return RayTaskRunner(address=executor.ray_address) if executor.ray_address else RayTaskRunner()
-    return ProcessPoolTaskRunner(max_workers=executor.workers)
+    return ProcessPoolTaskRunner(max_workers=executor.workers, initializer=die_with_parent)  # no orphans if killed
 
 
 def map_on(executor: ExecutorConfig, task, calls: list[dict], on_done: Callable[[int], None] | None = None) -> list:

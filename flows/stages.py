@@ -11,6 +11,7 @@ from flows.common import artifact_key, markdown_artifact, stage_run, table_artif
 from flows.events import CheckpointAnnouncer
 from flows.executors import map_on
 from flows.progress import StageProgress
+from model.redact import redact
 from pretrain.config import CleanConfig, PipelineConfig, TokenizeConfig, resolve_config
 from tasks import tracking
 from tasks.failures import retry_if_transient
@@ -276,7 +277,7 @@ def monitored_training(cfg: PipelineConfig, tokenizer_dir: Path, tokens_dir: Pat
     def rollback_and_skip(decision, out_dir: Path) -> list[str]:
         record = decision.record()
         abandoned = rollback_flow(record, str(out_dir), artifact_key(cfg, "train"))
-        skip_ahead_flow(record, str(tokens_dir), cfg.train.model_dump(), artifact_key(cfg, "train"))
+        skip_ahead_flow(record, str(tokens_dir), redact(cfg.train.model_dump()), artifact_key(cfg, "train"))
         return abandoned
 
     progress, logger = StageProgress(cfg, "train", cfg.train.steps, "steps", every_s=10.0), get_run_logger()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -13,6 +14,17 @@ EXIT_CONFIG = 44    # bad spec / data: retrying will not help
 METRICS_FILE = "metrics.jsonl"
 EVENTS_FILE = "events.jsonl"
 SPEC_FILE = "spec.json"
+# secrets the ranks need (MLflow credentials, a mirror URL's password) travel in a file only the user can read,
+# never in the spec, an environment echoed on a command line, or a log: the variable names that file
+SECRETS_ENV = "PRETRAIN_SECRETS_FILE"
+MIRROR_URL_ENV = "PRETRAIN_MIRROR_URL"
+
+
+def load_secrets() -> None:
+    """The secrets the train stage wrote for the ranks, into this process's environment."""
+    path = os.environ.get(SECRETS_ENV)
+    if path:
+        os.environ.update(json.loads(Path(path).read_text(encoding="utf-8")))
 
 
 def append_jsonl(path: Path, record: dict) -> None:

@@ -42,7 +42,8 @@ from model.mirror import Mirror
 from model.optimizer import with_optimizer
 from model.perf import device_name, memory_gb, mfu, peak_tflops
 from model.safe_load import force_weights_only
-from model.protocol import EVENTS_FILE, EXIT_ANOMALY, EXIT_CONFIG, EXIT_DONE, EXIT_STOPPED, METRICS_FILE
+from model.protocol import (EVENTS_FILE, EXIT_ANOMALY, EXIT_CONFIG, EXIT_DONE, EXIT_STOPPED, METRICS_FILE, MIRROR_URL_ENV,
+                            load_secrets)
 from model.staging import StagingError, stage_tokens, staged_path
 from model.steps import PendingStep, agree, grad_norms, reduce_stats, step_metrics, train_step
 from model.tracking import NullTracker, Rank0Tracker
@@ -299,7 +300,8 @@ def train(spec: Spec) -> int:
     on_gpu = comm.device.type == "cuda"
     batches = BatchPrefetcher(dataset, sampler, comm.rank, comm.world, t["micro_batch_size"], t["grad_accum"],
                               pin_memory=on_gpu, read_ahead=on_gpu)
-    mirror = Mirror(t["mirror_url"], tracker.event) if t.get("mirror_url") and comm.rank == 0 else None
+    mirror_url = os.environ.get(MIRROR_URL_ENV) or t.get("mirror_url")  # the spec's copy has no password
+    mirror = Mirror(mirror_url, tracker.event) if mirror_url and comm.rank == 0 else None
     loop = Loop(spec, dataset, batches, tracker, Guard(tracker.event), mirror, detector_for(t), comm, start_step,
                 state, flops_per_token(spec.model, t["seq_len"]),
                 peak_tflops(device_name(), t.get("peak_tflops_per_gpu")))
@@ -328,9 +330,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--local_rank", type=int, default=None, help="set by the DeepSpeed launcher")
     args = parser.parse_args(argv)
     try:
+        load_secrets()
         spec = Spec.load(args.spec)
     except (OSError, KeyError, TypeError, json.JSONDecodeError) as err:
-        print(f"cannot read training spec {args.spec}: {err!r}; rerun the train stage to rewrite it", file=sys.stderr)
+        print(f"cannot read training spec {args.spec} or its secrets: {type(err).__name__}: {err}; rerun the train "
+              f"stage to rewrite them", file=sys.stderr)
         return EXIT_CONFIG
     try:
         return train(spec)

@@ -7,7 +7,8 @@
     pretrain plan --gpus 64 --days 14 --gpu H100 [--config X | --fit fit.json] [--tokens 2e11]
 
 Each subcommand runs the same Prefect flow that the deployments run; without a
-Prefect server configured (PREFECT_API_URL), Prefect starts a temporary one.
+Prefect server configured (PREFECT_API_URL), the CLI starts one temporary server
+for the run and all its processes (pretrain/local_server.py).
 """
 from __future__ import annotations
 
@@ -15,8 +16,11 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 
+from model.redact import redact
 from pretrain.config import ConfigError, load_config
+from pretrain.local_server import ServerFailed, prefect_api
 
 STAGES = ("clean", "tokenizer", "tokenize", "preflight", "train")
 
@@ -116,7 +120,7 @@ def path_checks(cfg) -> tuple[list[str], list[str]]:
 
 
 def check_config_command(cfg) -> int:
-    print(json.dumps(cfg.model_dump(), indent=2))
+    print(json.dumps(redact(cfg.model_dump(mode="json")), indent=2))
     problems, notes = path_checks(cfg)
     for line in notes:
         print(line)
@@ -146,7 +150,13 @@ def main(argv: list[str] | None = None) -> int:
         return export_command(cfg, args)
     try:
         extra = {"checkpoint": args.checkpoint} if args.command == "eval" else {}
-        result = _flow_for(args.command)(cfg, **extra)
+        with prefect_api():  # one server for the run and all its processes, before Prefect is imported
+            # the flow gets the file's path, not its contents: Prefect keeps flow parameters, and a config can hold
+            # a password in a URL (it loads the file itself, already validated above)
+            result = _flow_for(args.command)(str(Path(args.config).resolve()), **extra)
+    except ServerFailed as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     except Exception as err:  # the flow already logged the traceback
         print(f"error: {args.command} failed: {err}", file=sys.stderr)
         return 1

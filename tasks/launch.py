@@ -10,6 +10,8 @@ exits non-zero, the others are killed and the error names that node and its last
 """
 from __future__ import annotations
 
+import json
+import os
 import shlex
 import signal
 import subprocess
@@ -18,12 +20,15 @@ import time
 from collections import deque
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
+from model.protocol import MIRROR_URL_ENV, SECRETS_ENV
+from model.redact import is_secret, scrub, url_passwords
 from pretrain.config import HostConfig, TrainConfig, check_host
 
 # the ranks need these, and DeepSpeed's ssh launcher does not export them on its own
-EXTRA_ENV = ("DS_ACCELERATOR", "OMP_NUM_THREADS", "PRETRAIN_FAULTS", "PYTHONUNBUFFERED", "TORCH_NCCL_ASYNC_ERROR_HANDLING")
+EXTRA_ENV = ("DS_ACCELERATOR", "OMP_NUM_THREADS", "PRETRAIN_FAULTS", "PRETRAIN_SECRETS_FILE", "PYTHONUNBUFFERED",
+             "TORCH_NCCL_ASYNC_ERROR_HANDLING")
 PROPAGATED_PREFIXES = ("NCCL_", "MLFLOW_", "PYTHON", "CUDA_", "UCX_", "TORCH_")
 # programs that hand their command to a remote shell as one line (so each argument must be quoted)
 REMOTE_SHELL_PROGRAMS = {"ssh", "autossh", "rsh", "pdsh"}
@@ -63,6 +68,42 @@ def cluster_hosts(train: TrainConfig) -> list[HostConfig]:
 
 def propagated_env(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k in EXTRA_ENV or k.startswith(PROPAGATED_PREFIXES)}
+
+
+SECRETS_FILE = ".secrets.json"
+# secret variables of these kinds are the ranks' (MLflow, object storage for the mirror, NCCL, ...)
+RANK_SECRET_PREFIXES = PROPAGATED_PREFIXES + ("AWS_", "GOOGLE_", "AZURE_", "FSSPEC_")
+
+
+@contextmanager
+def secrets_for_ranks(env: dict[str, str], mirror_url: str | None,
+                      out_dir: Path) -> Iterator[tuple[dict[str, str], Callable[[str], str]]]:
+    """(the launch environment without the ranks' secrets, a function masking them in the launch's output).
+
+    The secrets go to <out_dir>/.secrets.json, readable by the user only, for as long as the launch runs; the ranks
+    read it (model.protocol.load_secrets). So no password is on a command line (DeepSpeed's pdsh exports, `env K=V`
+    through ssh), in `ps`, in launcher.log or in the Prefect logs.
+    """
+    secrets = {k: v for k, v in env.items() if k.startswith(RANK_SECRET_PREFIXES) and is_secret(k, v)}
+    if mirror_url and url_passwords(mirror_url):
+        secrets[MIRROR_URL_ENV] = mirror_url
+    values = [*secrets.values(), *(p for v in secrets.values() for p in url_passwords(v))]
+
+    def clean(line: str) -> str:
+        return scrub(line, values)
+
+    if not secrets:
+        yield env, clean
+        return
+    path = Path(out_dir) / SECRETS_FILE
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # an older file of other permissions keeps them through O_TRUNC
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(secrets, f)
+    try:
+        yield {**{k: v for k, v in env.items() if k not in secrets}, SECRETS_ENV: str(path)}, clean
+    finally:
+        path.unlink(missing_ok=True)
 
 
 def through_shell(node_command: list[str], override: bool | None = None) -> bool:
@@ -123,9 +164,9 @@ class NodeProcess:
         self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                      start_new_session=True, preexec_fn=preexec, bufsize=1)
 
-    def pump(self, log_line: Callable[[str], None], log, lock: threading.Lock) -> None:
+    def pump(self, log_line: Callable[[str], None], log, lock: threading.Lock, clean: Callable[[str], str]) -> None:
         for line in self.proc.stdout:
-            line = line.rstrip("\n")
+            line = clean(line.rstrip("\n"))
             self.tail.append(line)
             with lock:
                 log.write(f"[node {self.rank}] {line}\n")
@@ -158,12 +199,12 @@ def sigterm_kills(kill_all: Callable[[], None]):
 
 def run_nodes(cmds: list[list[str]], env: dict[str, str], log_line: Callable[[str], None], log_path: Path,
               kill: Callable[[subprocess.Popen], None], preexec: Callable | None = None,
-              poll_s: float = 0.2) -> int:
+              poll_s: float = 0.2, clean: Callable[[str], str] = lambda line: line) -> int:
     """Run every node's launcher; 0 when all finish cleanly, else raise LaunchFailed naming the first failed node."""
     lock = threading.Lock()
     with open(log_path, "a", encoding="utf-8") as log:
         nodes = [NodeProcess(rank, cmd, env, preexec) for rank, cmd in enumerate(cmds)]
-        pumps = [threading.Thread(target=n.pump, args=(log_line, log, lock), daemon=True) for n in nodes]
+        pumps = [threading.Thread(target=n.pump, args=(log_line, log, lock, clean), daemon=True) for n in nodes]
         for t in pumps:
             t.start()
         try:

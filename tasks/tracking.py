@@ -9,6 +9,7 @@ import os
 import re
 from pathlib import Path
 
+from model.redact import redact_url
 from pretrain.config import PipelineConfig
 
 
@@ -75,7 +76,7 @@ def end_run(uri: str, run_id: str, ok: bool) -> None:
 def log_params(uri: str, run_id: str, params: dict) -> None:
     from mlflow.entities import Param
 
-    flat = [Param(k, str(v)[:6000]) for k, v in _flatten(params).items()]
+    flat = [Param(k, redact_url(str(v))[:6000]) for k, v in _flatten(params).items()]  # no URL passwords in MLflow
     for i in range(0, len(flat), 100):
         client(uri).log_batch(run_id, params=flat[i:i + 100])
 

@@ -16,12 +16,13 @@ from typing import Callable
 from model.checkpoint import latest_complete, read_meta
 from model.data import read_manifest
 from model.llama import ModelArgs
+from model.redact import redact
 from model.protocol import EXIT_ANOMALY, EXIT_CONFIG, EXIT_DONE, EXIT_STOPPED, SPEC_FILE
 from pretrain.config import ModelConfig, TrainConfig
 from tasks.common.outputs import read_json, require_complete
 from tasks.failures import transient_text
 from tasks.launch import (LaunchFailed, env_with_file, hostfile_for, master_address, node_commands, read_hostfile,
-                          run_nodes, sigterm_kills)
+                          run_nodes, secrets_for_ranks, sigterm_kills)
 from tasks.preflight.probe import free_port
 from tasks.rendezvous import PortUnavailable, master_port
 
@@ -62,7 +63,7 @@ def write_spec(model: ModelConfig, train: TrainConfig, tokenizer_dir: Path, toke
     out_dir.mkdir(parents=True, exist_ok=True)
     spec = {
         "model": asdict(model_args(model, read_json(tokenizer_dir / "report.json"))),
-        "train": train.model_dump(),
+        "train": redact(train.model_dump()),  # the ranks get URL passwords from the secrets file, not from here
         "deepspeed": deepspeed_config(train),
         "tokens_dir": str(tokens_dir),
         "out_dir": str(out_dir),
@@ -127,17 +128,19 @@ def kill_group(proc: subprocess.Popen, grace_s: float = 20.0) -> None:
 
 
 def run_launcher(cmd: list[str], env: dict[str, str], log_line: Callable[[str], None], log_path: Path,
-                 tail: deque | None = None) -> int:
-    """Run the DeepSpeed launcher in its own session; stream its output; always reap the ranks."""
+                 tail: deque | None = None, clean: Callable[[str], str] = lambda line: line) -> int:
+    """Run the DeepSpeed launcher in its own session; stream its output (through `clean`, which masks secrets);
+    always reap the ranks."""
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True, preexec_fn=_die_with_parent, bufsize=1)
     try:
         with sigterm_kills(lambda: kill_group(proc, grace_s=10)), open(log_path, "a", encoding="utf-8") as log:
-            for line in proc.stdout:
-                log.write(line)
-                log_line(line.rstrip("\n"))
+            for raw in proc.stdout:
+                line = clean(raw.rstrip("\n"))
+                log.write(line + "\n")
+                log_line(line)
                 if tail is not None:
-                    tail.append(line.rstrip("\n"))
+                    tail.append(line)
         return proc.wait()
     finally:
         kill_group(proc)
@@ -151,15 +154,16 @@ def launch(train: TrainConfig, spec_path: Path, env: dict[str, str], out_dir: Pa
         hostfile = hostfile_for(train, out_dir)
         hosts = read_hostfile(hostfile) if hostfile else []  # every name checked before any reaches ssh
         port = master_port(train, master_address(train, hosts) if hosts else "localhost", out_dir, env)
-        if hostfile is None or train.launch == "ssh":
-            env = env_with_file(env, out_dir) if hostfile else env
-            return run_launcher(launcher_command(train, spec_path, hostfile, port), env, log_line,
-                                out_dir / "launcher.log", tail)
-        program = ["--module", "model.train", "--spec", str(spec_path)]
-        cmds = node_commands(deepspeed_binary(), hostfile, hosts, master_address(train, hosts), port, program,
-                             train.node_command, env, train.node_command_shell)
-        return run_nodes(cmds, env, lambda line: (tail.append(line), log_line(line)), out_dir / "launcher.log",
-                         kill_group, _die_with_parent)
+        with secrets_for_ranks(env, train.mirror_url, out_dir) as (env, clean):
+            if hostfile is None or train.launch == "ssh":
+                env = env_with_file(env, out_dir) if hostfile else env
+                return run_launcher(launcher_command(train, spec_path, hostfile, port), env, log_line,
+                                    out_dir / "launcher.log", tail, clean)
+            program = ["--module", "model.train", "--spec", str(spec_path)]
+            cmds = node_commands(deepspeed_binary(), hostfile, hosts, master_address(train, hosts), port, program,
+                                 train.node_command, env, train.node_command_shell)
+            return run_nodes(cmds, env, lambda line: (tail.append(line), log_line(line)), out_dir / "launcher.log",
+                             kill_group, _die_with_parent, clean=clean)
     except LaunchFailed as err:
         raise TrainingFailed(f"training crashed: {err}. See {out_dir / 'launcher.log'}. Newest complete checkpoint: "
                              f"{latest_complete(out_dir / 'checkpoints') or 'none'}.", err.exit_code) from None

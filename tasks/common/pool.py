@@ -4,7 +4,10 @@ from __future__ import annotations
 import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
+from functools import partial
 from typing import Callable
+
+from tasks.common.lifetime import worker_init
 
 
 def map_local(fn: Callable, calls: list[tuple], workers: int | None, what: str, unit: str,
@@ -21,7 +24,8 @@ def map_local(fn: Callable, calls: list[tuple], workers: int | None, what: str, 
             progress.add()
     else:
         ctx = multiprocessing.get_context("spawn") if spawn else None
-        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=initializer) as pool:
+        init = partial(worker_init, *([initializer] if initializer else []))  # workers die with this process
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=init) as pool:
             for result in pool.map(fn, *zip(*calls)):
                 results.append(result)
                 progress.add()

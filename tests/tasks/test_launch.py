@@ -167,3 +167,35 @@ def test_the_train_stage_refuses_a_hostile_hostfile_before_any_ssh(prepared_run,
         run_train(cfg.model, train, root / "tokenizer", root / "tokens", tmp_path / "train", {}, log_line=lambda _: None)
     assert err.value.exit_code == 44
     assert not (tmp_path / "ssh.hosts").exists() and not (tmp_path / "pwned").exists()
+
+
+def test_the_ranks_secrets_travel_in_a_private_file_not_in_the_environment_or_command_line(tmp_path):
+    import stat
+
+    from model.protocol import SECRETS_ENV, load_secrets
+    from tasks.launch import secrets_for_ranks
+
+    env = {"MLFLOW_TRACKING_PASSWORD": "hunter2-planted", "AWS_SECRET_ACCESS_KEY": "aws-planted-key",
+           "MLFLOW_TRACKING_URI": "postgresql://mlflow:db-planted-pw@db:5432/mlflow", "MLFLOW_RUN_ID": "r1",
+           "NCCL_IB_HCA": "mlx5", "GITHUB_TOKEN": "not-the-ranks-business"}
+    with secrets_for_ranks(env, "s3://key:mirror-planted@bucket/run", tmp_path) as (public, clean):
+        path = tmp_path / ".secrets.json"
+        assert public[SECRETS_ENV] == str(path) and stat.S_IMODE(path.stat().st_mode) == 0o600
+        assert {"MLFLOW_TRACKING_PASSWORD", "AWS_SECRET_ACCESS_KEY", "MLFLOW_TRACKING_URI"}.isdisjoint(public)
+        assert public["MLFLOW_RUN_ID"] == "r1" and public["NCCL_IB_HCA"] == "mlx5"
+        line = " ".join(on_node(["ssh", "{host}"], "node-1", ["deepspeed", "--no_ssh"], public))
+        assert "planted" not in line and SECRETS_ENV in line  # only the file's path crosses
+        assert clean("mlflow said: auth failed for hunter2-planted at postgresql://mlflow:db-planted-pw@db") \
+            == "mlflow said: auth failed for *** at postgresql://mlflow:***@db"
+        os.environ.pop("PRETRAIN_MIRROR_URL", None)
+        saved = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_PASSWORD", "AWS_SECRET_ACCESS_KEY",
+                                                "MLFLOW_TRACKING_URI", "PRETRAIN_MIRROR_URL", SECRETS_ENV)}
+        try:
+            os.environ[SECRETS_ENV] = str(path)
+            load_secrets()  # what a rank does first
+            assert os.environ["MLFLOW_TRACKING_PASSWORD"] == "hunter2-planted"
+            assert os.environ["PRETRAIN_MIRROR_URL"] == "s3://key:mirror-planted@bucket/run"
+        finally:
+            for k, v in saved.items():
+                os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+    assert not path.exists()  # gone when the launch ends

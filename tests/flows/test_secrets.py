@@ -1,0 +1,70 @@
+"""Planted secrets go nowhere: not into a run's files, MLflow's store, Prefect's database and logs, or `ps`."""
+import shutil
+import socket
+import threading
+
+import psutil
+import pytest
+
+from model.protocol import read_jsonl
+from tests.conftest import tiny_dict
+from tests.flows.conftest import run_flow
+from tests.tasks.test_launch import fake_ssh
+
+pytestmark = pytest.mark.slow
+
+MIRROR_PASSWORD = "mirrorPW-planted-4711"
+MLFLOW_PASSWORD = "mlflowPW-planted-0815"
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class CommandLines(threading.Thread):
+    """Every process's command line, sampled while the run goes on."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.seen, self.stop = set(), threading.Event()
+
+    def run(self):
+        while not self.stop.wait(0.2):
+            for p in psutil.process_iter(["cmdline"]):
+                self.seen.add(" ".join(p.info["cmdline"] or []))
+
+
+def test_planted_secrets_are_nowhere_in_what_a_run_leaves(prepared_run, tmp_path, monkeypatch):
+    _, prepared = prepared_run
+    root = tmp_path / "run"
+    for stage in ("clean", "tokenizer", "tokens"):
+        shutil.copytree(prepared / stage, root / stage)
+    ssh = fake_ssh(tmp_path)  # the per-node launch through "ssh", whose command line `ps` shows
+    data = tiny_dict(root, train={
+        "steps": 2, "save_every": 2, "warmup_steps": 1, "export_hf": False,
+        "mirror_url": f"ftp://backup:{MIRROR_PASSWORD}@127.0.0.1:{closed_port()}/runs",
+        "hosts": [{"name": "localhost", "slots": 2}], "launch": "per_node", "node_command": [ssh, "{host}"],
+        "master_addr": "127.0.0.1"})
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", MLFLOW_PASSWORD)
+    monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "prefect-home"))  # the temporary server's database
+    sampler = CommandLines()
+    sampler.start()
+    try:
+        result = run_flow("train", data, tmp_path)
+    finally:
+        sampler.stop.set()
+        sampler.join()
+    assert result["latest_step"] == 2
+    events = read_jsonl(root / "train" / "events.jsonl")
+    [failed] = [e for e in events if e["event"] == "mirror_failed"]  # unreachable: reported, training went on
+    assert failed["url"].startswith("ftp://backup:***@127.0.0.1")
+    assert any("ssh" in line and "deepspeed" in line for line in sampler.seen)  # the sampler saw the launch
+    config_file = tmp_path / "train.yaml"  # the user's own input
+    leaks = [str(p) for p in tmp_path.rglob("*") if p.is_file() and p != config_file
+             and any(s.encode() in p.read_bytes() for s in (MIRROR_PASSWORD, MLFLOW_PASSWORD))]
+    assert not leaks
+    assert not [line for line in sampler.seen if MIRROR_PASSWORD in line or MLFLOW_PASSWORD in line]
+    assert (tmp_path / "prefect-home").is_dir() and (root / "mlflow.db").is_file()  # the stores were searched
+    assert '"mirror_url": "ftp://backup:***@' in (root / "train" / "spec.json").read_text()

@@ -1,0 +1,37 @@
+"""The checkpoint mirror: an unreachable or misnamed target is an event, never a crash; no password in events."""
+import socket
+
+from model.mirror import Mirror
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # nothing listens once the socket closes
+
+
+def test_an_unreachable_mirror_is_a_failed_upload_not_a_crash_and_hides_its_password(tmp_path):
+    tag = tmp_path / "ckpt" / "step_00000002"
+    tag.mkdir(parents=True)
+    (tag / "COMPLETE").write_text("{}")
+    events = []
+    # ftp connects when its filesystem is made: that used to happen in the constructor, at the program's start
+    mirror = Mirror(f"ftp://backup:S3cretPw@127.0.0.1:{closed_port()}/runs", events.append)
+    mirror.submit(tmp_path / "ckpt", "step_00000002")
+    mirror.wait()
+    [event] = events
+    assert event["event"] == "mirror_failed" and event["tag"] == "step_00000002"
+    assert event["url"].startswith("ftp://backup:***@127.0.0.1:")
+    assert "S3cretPw" not in repr(events)
+
+
+def test_a_mirrored_checkpoint_event_carries_the_url_without_its_password(tmp_path):
+    tag = tmp_path / "ckpt" / "step_00000004"
+    tag.mkdir(parents=True)
+    (tag / "weights.pt").write_bytes(b"w")
+    (tag / "COMPLETE").write_text("{}")
+    events = []
+    mirror = Mirror(f"file://{tmp_path / 'copy'}", events.append)
+    mirror.submit(tmp_path / "ckpt", "step_00000004")
+    mirror.wait()
+    assert events[0]["event"] == "checkpoint_mirrored" and (tmp_path / "copy" / "step_00000004" / "COMPLETE").exists()

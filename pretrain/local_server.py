@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -23,20 +22,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from tasks.common.lifetime import kill_group, sigterm_on_parent_death
+
 STARTUP_TIMEOUT_S = 300.0  # a first start migrates a new database; a loaded 2-core machine is slow at it
 
 
 class ServerFailed(RuntimeError):
     pass
-
-
-def _die_with_cli() -> None:
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
 
 
 def _free_port() -> int:
@@ -67,7 +59,7 @@ def start_server(timeout_s: float = STARTUP_TIMEOUT_S) -> tuple[subprocess.Popen
     port = _free_port()
     with open(log, "w") as out:
         proc = subprocess.Popen(server_command(port), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, preexec_fn=_die_with_cli,
+                                start_new_session=True, preexec_fn=sigterm_on_parent_death,
                                 env={**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"})
     url = f"http://127.0.0.1:{port}/api"
     deadline = time.monotonic() + timeout_s
@@ -90,17 +82,8 @@ def _drain_logs() -> None:
         APILogWorker.drain_all(timeout=10)
 
 
-def stop_server(proc: subprocess.Popen, grace_s: float = 15.0) -> None:
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=grace_s)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+def stop_server(proc: subprocess.Popen) -> None:
+    kill_group(proc, grace_s=15.0)
     proc.wait()
 
 

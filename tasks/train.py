@@ -5,7 +5,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 from collections import deque
@@ -19,6 +18,7 @@ from model.llama import ModelArgs
 from model.redact import redact
 from model.protocol import EXIT_ANOMALY, EXIT_CONFIG, EXIT_DONE, EXIT_STOPPED, SPEC_FILE
 from pretrain.config import ModelConfig, TrainConfig
+from tasks.common.lifetime import kill_group, sigterm_on_parent_death
 from tasks.common.outputs import read_json, require_complete
 from tasks.failures import transient_text
 from tasks.launch import (LaunchFailed, env_with_file, hostfile_for, master_address, node_commands, read_hostfile,
@@ -102,37 +102,12 @@ def launcher_env(train: TrainConfig, mlflow_env: dict[str, str]) -> dict[str, st
     return env
 
 
-def _die_with_parent() -> None:
-    # If the orchestrating process is killed outright (SIGKILL), the launcher
-    # gets SIGTERM and takes its ranks down with it.
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
-def kill_group(proc: subprocess.Popen, grace_s: float = 20.0) -> None:
-    """SIGTERM the launcher's whole process group, then SIGKILL what is left."""
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=grace_s)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
 def run_launcher(cmd: list[str], env: dict[str, str], log_line: Callable[[str], None], log_path: Path,
                  tail: deque | None = None, clean: Callable[[str], str] = lambda line: line) -> int:
     """Run the DeepSpeed launcher in its own session; stream its output (through `clean`, which masks secrets);
     always reap the ranks."""
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True, preexec_fn=_die_with_parent, bufsize=1)
+                            start_new_session=True, preexec_fn=sigterm_on_parent_death, bufsize=1)
     try:
         with sigterm_kills(lambda: kill_group(proc, grace_s=10)), open(log_path, "a", encoding="utf-8") as log:
             for raw in proc.stdout:
@@ -163,7 +138,7 @@ def launch(train: TrainConfig, spec_path: Path, env: dict[str, str], out_dir: Pa
             cmds = node_commands(deepspeed_binary(), hostfile, hosts, master_address(train, hosts), port, program,
                                  train.node_command, env, train.node_command_shell)
             return run_nodes(cmds, env, lambda line: (tail.append(line), log_line(line)), out_dir / "launcher.log",
-                             kill_group, _die_with_parent, clean=clean)
+                             kill_group, sigterm_on_parent_death, clean=clean)
     except LaunchFailed as err:
         raise TrainingFailed(f"training crashed: {err}. See {out_dir / 'launcher.log'}. Newest complete checkpoint: "
                              f"{latest_complete(out_dir / 'checkpoints') or 'none'}.", err.exit_code) from None

@@ -10,6 +10,8 @@ complete (tasks/common/outputs.py), so leaving mid-task loses nothing finished.
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import threading
 import time
 
@@ -31,3 +33,28 @@ def worker_init(*initializers) -> None:
     die_with_parent()
     for init in initializers:
         init()
+
+
+def sigterm_on_parent_death() -> None:
+    """A preexec_fn: SIGTERM this child when the thread that started it ends (PR_SET_PDEATHSIG). For children
+    started from a thread that lives as long as they should: a launcher, the CLI's server."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
+    except OSError:
+        pass
+
+
+def kill_group(proc: subprocess.Popen, grace_s: float = 20.0) -> None:
+    """SIGTERM a child's whole process group (it was started in a session of its own), then SIGKILL what is left."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=grace_s)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass

@@ -10,6 +10,8 @@ EXIT_DONE = 0
 EXIT_ANOMALY = 42   # the program detected a loss anomaly and wrote an event
 EXIT_STOPPED = 43   # stopped on SIGTERM after saving a checkpoint
 EXIT_CONFIG = 44    # bad spec / data: retrying will not help
+EXIT_UNSAVED = 45   # trained to the last step but could not save it (no room): the work since the last checkpoint
+                    # is not durable; retrying would train it again into the same full disk
 
 METRICS_FILE = "metrics.jsonl"
 EVENTS_FILE = "events.jsonl"

@@ -42,8 +42,9 @@ from model.mirror import Mirror
 from model.optimizer import with_optimizer
 from model.perf import device_name, memory_gb, mfu, peak_tflops
 from model.safe_load import force_weights_only
-from model.protocol import (EVENTS_FILE, EXIT_ANOMALY, EXIT_CONFIG, EXIT_DONE, EXIT_STOPPED, METRICS_FILE, MIRROR_URL_ENV,
-                            load_secrets)
+from model.checkpoint import latest_complete
+from model.protocol import (EVENTS_FILE, EXIT_ANOMALY, EXIT_CONFIG, EXIT_DONE, EXIT_STOPPED, EXIT_UNSAVED, METRICS_FILE,
+                            MIRROR_URL_ENV, load_secrets)
 from model.staging import StagingError, stage_tokens, staged_path
 from model.steps import PendingStep, agree, grad_norms, reduce_stats, step_metrics, train_step
 from model.tracking import NullTracker, Rank0Tracker
@@ -214,7 +215,7 @@ def one_step(engine, loop: Loop, step: int, stop: StopFlag | None) -> tuple[bool
 
 
 def run_steps(engine, loop: Loop, model: torch.nn.Module, stop: StopFlag) -> int:
-    t, mirror = loop.t, loop.mirror
+    t, mirror, saved = loop.t, loop.mirror, True
     for step in range(loop.first_step, t["steps"]):
         fault_point(f"crash_at_step_{step + 1}", loop.rank)  # drills: a crash mid-run, after the checkpoints before it
         stopping, found = one_step(engine, loop, step, stop)
@@ -233,8 +234,16 @@ def run_steps(engine, loop: Loop, model: torch.nn.Module, stop: StopFlag) -> int
             loop.tracker.event({"event": "stopped", "step": step + 1, "reason": "SIGTERM"})
             finish(loop)
             return EXIT_STOPPED
-        if loop.save_due(step + 1) and room_to_save(loop.spec, model, loop.tracker, loop.comm, step + 1):
-            save(engine, loop.spec, step + 1, loop.position, loop.tracker, loop.comm, mirror)
+        if loop.save_due(step + 1):
+            saved = room_to_save(loop.spec, model, loop.tracker, loop.comm, step + 1)
+            if saved:
+                save(engine, loop.spec, step + 1, loop.position, loop.tracker, loop.comm, mirror)
+    if not saved:  # the last step's checkpoint did not fit: the end of the work is not durable, and not a success
+        durable = latest_complete(loop.spec.out_dir / "checkpoints")
+        loop.tracker.event({"event": "done_unsaved", "step": t["steps"], "last_durable_checkpoint": durable,
+                            "reason": "low_disk"})
+        finish(loop)
+        return EXIT_UNSAVED
     loop.tracker.event({"event": "done", "step": t["steps"], "callback_errors": loop.guard.failures})
     finish(loop)
     return EXIT_DONE

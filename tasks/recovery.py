@@ -7,7 +7,8 @@
                       learning rate; past `max_rollbacks` a person decides.
   crash (other codes) resume from the newest complete checkpoint, no skip, within
                       `max_crash_retries`.
-  bad settings (44)   stop at once.
+  bad settings (44)   stop at once; so does a run that trained to the end but had no room
+  no room (45)        to save it (a retry would fill the same disk).
 Every decision is appended to <train_dir>/recovery.jsonl.
 """
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from model import checkpoint as ckpt
-from model.protocol import EXIT_ANOMALY, EXIT_CONFIG, append_jsonl, read_jsonl
+from model.protocol import EXIT_ANOMALY, EXIT_CONFIG, EXIT_UNSAVED, append_jsonl, read_jsonl
 from tasks.failures import transient_text
 
 RECOVERY_LOG = "recovery.jsonl"
@@ -86,6 +87,9 @@ def plan_crash(policy, ckpt_dir: Path, exit_code: int, history: list[dict], atte
                message: str, progressed: bool = True) -> Decision:
     if exit_code == EXIT_CONFIG:
         return Decision("fail", f"bad settings or data, a retry will not help: {message}", attempt)
+    if exit_code == EXIT_UNSAVED:
+        return Decision("fail", f"no room to save, a retry would train again into the same full disk: {message}",
+                        attempt)
     if not progressed and not transient_text(message):
         return Decision("fail", "crashed before finishing a single step (out of memory at step 0, a broken "
                         f"environment or launcher): a retry would do the same: {message}", attempt)

@@ -16,7 +16,8 @@ from model.checkpoint import latest_complete, read_meta
 from model.data import read_manifest
 from model.llama import ModelArgs
 from model.redact import redact
-from model.protocol import EXIT_ANOMALY, EXIT_CONFIG, EXIT_DONE, EXIT_STOPPED, SPEC_FILE
+from model.protocol import (EVENTS_FILE, EXIT_ANOMALY, EXIT_CONFIG, EXIT_DONE, EXIT_STOPPED, EXIT_UNSAVED, SPEC_FILE,
+                            read_jsonl)
 from pretrain.config import ModelConfig, TrainConfig
 from tasks.common.lifetime import kill_group, sigterm_on_parent_death
 from tasks.common.outputs import read_json, require_complete
@@ -175,11 +176,25 @@ def run_train(model: ModelConfig, train: TrainConfig, tokenizer_dir: Path, token
               "latest_step": read_meta(ckpt_dir, tag)["step"] if tag else None}
     if code == EXIT_DONE:
         return result
+    if code == EXIT_UNSAVED:
+        raise TrainingFailed(unsaved_message(train, result), code)
     what = {EXIT_STOPPED: "stopped by SIGTERM after saving a checkpoint",
             EXIT_ANOMALY: "stopped on a loss anomaly (see the anomaly event in events.jsonl)",
             EXIT_CONFIG: "stopped on bad settings or data (a retry will not help)"}.get(code, "crashed")
     raise TrainingFailed(f"training {what} (exit code {code}); see {out_dir / 'launcher.log'}. "
                          f"Newest complete checkpoint: {tag or 'none'}.{rank_errors(tail)}", code)
+
+
+def unsaved_message(train: TrainConfig, result: dict) -> str:
+    skipped = [e for e in read_jsonl(Path(result["checkpoint_dir"]).parent / EVENTS_FILE)
+               if e.get("event") == "checkpoint_skipped"]
+    need = f", a checkpoint needs about {skipped[-1]['needed_bytes'] / 1e9:.2f} GB with " \
+           f"{skipped[-1]['free_bytes'] / 1e9:.2f} GB free" if skipped else ""
+    durable = f"step {result['latest_step']} ({result['latest_checkpoint']})" if result["latest_checkpoint"] else \
+        "none: no checkpoint was ever saved"
+    return (f"training reached step {train.steps} but could not save it: no room under {result['checkpoint_dir']}"
+            f"{need} (checkpoint_skipped events: {len(skipped)}). The last durable step is {durable}. Free disk "
+            f"space or lower train.keep_last, then rerun: training resumes from there (exit code {EXIT_UNSAVED})")
 
 
 _RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s*")

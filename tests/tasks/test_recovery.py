@@ -1,6 +1,6 @@
 """Recovery decisions on real checkpoint folders and event files."""
 from model import checkpoint as ckpt
-from model.protocol import EXIT_ANOMALY, EXIT_CONFIG, append_jsonl
+from model.protocol import EXIT_ANOMALY, EXIT_CONFIG, EXIT_UNSAVED, append_jsonl
 from pretrain.config import RecoveryConfig
 from tasks.recovery import abandon_after, decide, record
 
@@ -40,6 +40,8 @@ def test_crashes_resume_within_budget_and_deterministic_ones_fail_at_once(tmp_pa
     record(tmp_path, first)
     assert decide(policy, tmp_path, 1, "rank died", attempt=2, lr_scale=1.0).action == "fail"  # budget spent
     assert decide(policy, tmp_path, EXIT_CONFIG, "bad spec", 1, 1.0).action == "fail"
+    unsaved = decide(RecoveryConfig(), tmp_path / "full", EXIT_UNSAVED, "no room", 1, 1.0)
+    assert unsaved.action == "fail" and "same full disk" in unsaved.reason  # a retry would fill it again
     oom = decide(RecoveryConfig(), tmp_path / "other", 1, "CUDA out of memory", 1, 1.0, progressed=False)
     assert oom.action == "fail" and "before finishing a single step" in oom.reason
 

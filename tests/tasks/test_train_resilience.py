@@ -106,3 +106,46 @@ def test_skip_ranges_in_the_config_are_never_trained_on(prepared_run, tmp_path):
 
     position = read_meta(tmp_path / "train" / "checkpoints", "step_00000004")["data_position"]
     assert position["skipped"] == [list(poisoned)] and position["consumed_samples"] == 5 * per_step
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A tmpfs of the given size, mounted for the test (root only: CI runs as root)."""
+    import os
+    import subprocess
+
+    mounted = []
+
+    def mount(megabytes: int):
+        if os.geteuid() != 0:
+            pytest.skip("mounting a small tmpfs needs root (CI runs as root)")
+        where = tmp_path / f"disk-{megabytes}mb"
+        where.mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={megabytes}m", "tmpfs", str(where)], check=True)
+        mounted.append(where)
+        return where
+
+    yield mount
+    for where in mounted:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def test_training_that_could_save_nothing_fails_and_says_so(prepared_run, small_disk):
+    cfg, root = prepared_run
+    out = small_disk(15) / "train"  # smaller than one checkpoint (about 22 MB)
+    with pytest.raises(TrainingFailed) as err:
+        train(cfg, root, out, steps=4, save_every=2)
+    assert err.value.exit_code == 45
+    message = str(err.value)
+    assert "reached step 4 but could not save it" in message and "The last durable step is none" in message
+    events = [e["event"] for e in read_jsonl(out / "events.jsonl")]
+    assert events.count("checkpoint_skipped") == 2 and "done_unsaved" in events and "done" not in events
+
+
+def test_a_final_save_that_did_not_fit_names_the_last_durable_step(prepared_run, small_disk):
+    cfg, root = prepared_run
+    out = small_disk(50) / "train"  # two checkpoints fit, the third does not
+    with pytest.raises(TrainingFailed) as err:
+        train(cfg, root, out, steps=6, save_every=2)
+    assert err.value.exit_code == 45 and "The last durable step is step 4 (step_00000004)" in str(err.value)
+    assert complete_tags(out / "checkpoints") == ["step_00000002", "step_00000004"]

@@ -22,6 +22,7 @@ import math
 import os
 import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,14 +69,42 @@ class Spec:
 
 
 class StopFlag:
-    """Set by SIGTERM; the ranks agree on it in the step's collective, so they stop together."""
+    """Set by SIGTERM, or when the launcher that started this rank is gone; the ranks agree on it in the step's
+    collective, so they stop together, after saving a checkpoint.
 
-    def __init__(self):
-        self.requested = False
+    The launcher check matters because DeepSpeed's single-node launcher does not pass SIGTERM on: killing it left
+    its ranks training on, orphaned. A rank's parent is DeepSpeed's per-node `launch` process, whose parent is the
+    `deepspeed` launcher (or the shell ssh started): when either goes, its child is re-parented.
+    """
+
+    def __init__(self, poll_s: float = 2.0):
+        self.requested, self.reason = False, None
         signal.signal(signal.SIGTERM, self._handle)
+        self._watch_launcher(poll_s)
 
     def _handle(self, signum, frame):
-        self.requested = True
+        self.requested, self.reason = True, "SIGTERM"
+
+    def _watch_launcher(self, poll_s: float) -> None:
+        import psutil
+
+        try:
+            parent = psutil.Process(os.getppid())
+            grandparent = parent.ppid()
+        except psutil.Error:
+            return
+
+        def watch() -> None:
+            while not self.requested:
+                time.sleep(poll_s)
+                try:
+                    gone = os.getppid() != parent.pid or parent.ppid() != grandparent
+                except psutil.Error:
+                    gone = True
+                if gone:
+                    self.requested, self.reason = True, "launcher gone"
+
+        threading.Thread(target=watch, name="launcher-watch", daemon=True).start()
 
 
 def tokens_dir_for(spec: Spec, comm: Comm) -> Path:
@@ -231,7 +260,7 @@ def run_steps(engine, loop: Loop, model: torch.nn.Module, stop: StopFlag) -> int
             run_eval(engine, loop, step + 1)
         if stopping:
             save(engine, loop.spec, step + 1, loop.position, loop.tracker, loop.comm, mirror)
-            loop.tracker.event({"event": "stopped", "step": step + 1, "reason": "SIGTERM"})
+            loop.tracker.event({"event": "stopped", "step": step + 1, "reason": stop.reason or "another rank"})
             finish(loop)
             return EXIT_STOPPED
         if loop.save_due(step + 1):

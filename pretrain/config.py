@@ -429,6 +429,8 @@ class TrainConfig(Strict):
                                     "master host, chosen at the run's first launch and kept in <run_root>/train/master_port "
                                     "for every relaunch")
     save_every: int = Field(100, gt=0, description="checkpoint every N steps (and at the end)")
+    stop_grace_s: float = Field(300.0, gt=0, description="on SIGTERM (a Prefect cancel), how long the ranks get to "
+                                "save a checkpoint and stop before they are killed")
     log_every: int = Field(1, gt=0)
     seed: int = 1234
     timeout_minutes: float = Field(30.0, gt=0, description="collective timeout of the process group")

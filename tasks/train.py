@@ -19,13 +19,16 @@ from model.redact import redact
 from model.protocol import (EVENTS_FILE, EXIT_ANOMALY, EXIT_CONFIG, EXIT_DONE, EXIT_STOPPED, EXIT_UNSAVED, SPEC_FILE,
                             read_jsonl)
 from pretrain.config import ModelConfig, TrainConfig
-from tasks.common.lifetime import kill_group, sigterm_on_parent_death
+from tasks.common.lifetime import kill_group, sigterm_on_parent_death, stop_gracefully
 from tasks.common.outputs import read_json, require_complete
 from tasks.failures import transient_text
 from tasks.launch import (LaunchFailed, env_with_file, hostfile_for, master_address, node_commands, read_hostfile,
                           run_nodes, secrets_for_ranks, sigterm_kills)
 from tasks.preflight.probe import free_port
 from tasks.rendezvous import PortUnavailable, master_port
+
+
+PROGRAM = "model.train"  # the module every rank runs
 
 
 class TrainingFailed(RuntimeError):
@@ -89,7 +92,7 @@ def launcher_command(train: TrainConfig, spec_path: Path, hostfile: Path | None 
         cmd += ["--master_addr", train.master_addr] if train.master_addr else []
     else:
         cmd += ["--num_gpus", str(train.num_gpus)]
-    return cmd + ["--module", "model.train", "--spec", str(spec_path)]
+    return cmd + ["--module", PROGRAM, "--spec", str(spec_path)]
 
 
 def launcher_env(train: TrainConfig, mlflow_env: dict[str, str]) -> dict[str, str]:
@@ -104,13 +107,16 @@ def launcher_env(train: TrainConfig, mlflow_env: dict[str, str]) -> dict[str, st
 
 
 def run_launcher(cmd: list[str], env: dict[str, str], log_line: Callable[[str], None], log_path: Path,
-                 tail: deque | None = None, clean: Callable[[str], str] = lambda line: line) -> int:
+                 tail: deque | None = None, clean: Callable[[str], str] = lambda line: line,
+                 stop_grace_s: float = 300.0) -> int:
     """Run the DeepSpeed launcher in its own session; stream its output (through `clean`, which masks secrets);
-    always reap the ranks."""
+    always reap the ranks. SIGTERM (a Prefect cancel) stops the ranks first: they save and exit, within
+    stop_grace_s."""
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True, preexec_fn=sigterm_on_parent_death, bufsize=1)
     try:
-        with sigterm_kills(lambda: kill_group(proc, grace_s=10)), open(log_path, "a", encoding="utf-8") as log:
+        on_term = lambda: stop_gracefully(proc, PROGRAM, stop_grace_s)  # noqa: E731
+        with sigterm_kills(on_term), open(log_path, "a", encoding="utf-8") as log:
             for raw in proc.stdout:
                 line = clean(raw.rstrip("\n"))
                 log.write(line + "\n")
@@ -134,8 +140,8 @@ def launch(train: TrainConfig, spec_path: Path, env: dict[str, str], out_dir: Pa
             if hostfile is None or train.launch == "ssh":
                 env = env_with_file(env, out_dir) if hostfile else env
                 return run_launcher(launcher_command(train, spec_path, hostfile, port), env, log_line,
-                                    out_dir / "launcher.log", tail, clean)
-            program = ["--module", "model.train", "--spec", str(spec_path)]
+                                    out_dir / "launcher.log", tail, clean, train.stop_grace_s)
+            program = ["--module", PROGRAM, "--spec", str(spec_path)]
             cmds = node_commands(deepspeed_binary(), hostfile, hosts, master_address(train, hosts), port, program,
                                  train.node_command, env, train.node_command_shell)
             return run_nodes(cmds, env, lambda line: (tail.append(line), log_line(line)), out_dir / "launcher.log",

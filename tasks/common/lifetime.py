@@ -46,15 +46,53 @@ def sigterm_on_parent_death() -> None:
         pass
 
 
-def kill_group(proc: subprocess.Popen, grace_s: float = 20.0) -> None:
-    """SIGTERM a child's whole process group (it was started in a session of its own), then SIGKILL what is left."""
-    if proc.poll() is None:
+def group_alive(pgid: int) -> bool:
+    """Whether any process (not a zombie) of the process group is left."""
+    import psutil
+
+    for p in psutil.process_iter(["status"]):
         try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=grace_s)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            pass
+            if p.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(p.pid) == pgid:
+                return True
+        except (ProcessLookupError, psutil.Error):
+            continue
+    return False
+
+
+def kill_group(proc: subprocess.Popen, grace_s: float = 20.0, poll_s: float = 0.5) -> None:
+    """SIGTERM a child's whole process group (it was started in a session of its own), give every member up to
+    grace_s to leave (training ranks save a checkpoint first), then SIGKILL what is left."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        proc.poll()  # reap the leader, so it does not count as left
+        if not group_alive(proc.pid):
+            return
+        time.sleep(poll_s)
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+def stop_gracefully(proc: subprocess.Popen, marker: str, grace_s: float, poll_s: float = 0.5) -> None:
+    """SIGTERM the members of a child's process group whose command line holds `marker` (workers that stop
+    cleanly: training ranks save a checkpoint first), wait up to grace_s for the whole group to leave, then
+    kill_group. The others (DeepSpeed's launchers) are left alone meanwhile: its per-node launcher answers
+    SIGTERM by killing its ranks 30 s later, whatever they are doing."""
+    import psutil
+
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if os.getpgid(p.pid) == proc.pid and marker in " ".join(p.info["cmdline"] or []):
+                p.send_signal(signal.SIGTERM)
+        except (ProcessLookupError, psutil.Error):
+            continue
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and group_alive(proc.pid):
+        proc.poll()
+        time.sleep(poll_s)
+    kill_group(proc, grace_s=5.0)

@@ -149,3 +149,74 @@ def test_a_final_save_that_did_not_fit_names_the_last_durable_step(prepared_run,
         train(cfg, root, out, steps=6, save_every=2)
     assert err.value.exit_code == 45 and "The last durable step is step 4 (step_00000004)" in str(err.value)
     assert complete_tags(out / "checkpoints") == ["step_00000002", "step_00000004"]
+
+
+STAGE = """
+import sys
+from pathlib import Path
+from pretrain.config import load_config
+from tasks.train import TrainingFailed, run_train
+cfg, root, out = load_config(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+try:
+    run_train(cfg.model, cfg.train, root / "tokenizer", root / "tokens", out, {})
+except TrainingFailed as err:
+    print(f"TrainingFailed {err.exit_code}: {err}")
+    sys.exit(3)
+"""
+
+
+def start_stage(prepared_run, tmp_path):
+    """The train stage in a process of its own, training 'forever' without periodic checkpoints."""
+    import subprocess
+    import sys
+    import time
+
+    import yaml
+
+    from tests.conftest import ROOT, tiny_dict
+
+    _, root = prepared_run
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump(tiny_dict(root, train={"steps": 10**6, "save_every": 10**6})))
+    out = tmp_path / "train"
+    proc = subprocess.Popen([sys.executable, "-c", STAGE, str(config), str(root), str(out)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 180
+    while len(read_jsonl(out / "metrics.jsonl")) < 3:
+        assert proc.poll() is None and time.time() < deadline, proc.stdout.read()[-3000:]
+        time.sleep(0.5)
+    return proc, out
+
+
+def left_behind(out) -> list:
+    import psutil
+
+    spec = str(out / "spec.json")
+    return [p for p in psutil.process_iter(["cmdline"]) if spec in " ".join(p.info["cmdline"] or [])]
+
+
+def test_sigterm_to_the_stage_stops_the_ranks_after_they_save(prepared_run, tmp_path):
+    import signal
+
+    proc, out = start_stage(prepared_run, tmp_path)
+    proc.send_signal(signal.SIGTERM)  # what cancelling the Prefect flow run sends
+    proc.communicate(timeout=180)
+    [stopped] = [e for e in read_jsonl(out / "events.jsonl") if e["event"] == "stopped"]
+    assert stopped["reason"] == "SIGTERM" and stopped["step"] >= 3
+    assert latest_complete(out / "checkpoints") == f"step_{stopped['step']:08d}"  # the work up to the stop is kept
+    assert not left_behind(out)
+
+
+def test_sigterm_to_the_deepspeed_launcher_stops_its_ranks_too(prepared_run, tmp_path):
+    import signal
+    import time
+
+    proc, out = start_stage(prepared_run, tmp_path)
+    [launcher] = [p for p in left_behind(out) if p.info["cmdline"][1].endswith("/deepspeed")]
+    launcher.send_signal(signal.SIGTERM)  # it does not pass SIGTERM on: the ranks notice it is gone
+    output, _ = proc.communicate(timeout=180)
+    [stopped] = [e for e in read_jsonl(out / "events.jsonl") if e["event"] == "stopped"]
+    assert stopped["reason"] == "launcher gone"
+    assert latest_complete(out / "checkpoints") == f"step_{stopped['step']:08d}"
+    time.sleep(1)
+    assert not left_behind(out), output[-2000:]

@@ -1,6 +1,7 @@
 """Where per-shard tasks run: a local process pool, or a Ray cluster through prefect-ray."""
 from __future__ import annotations
 
+import os
 from typing import Callable
 
 from prefect.futures import as_completed
@@ -18,7 +19,8 @@ def task_runner_for(executor: ExecutorConfig):
             raise RuntimeError("clean.executor.kind is 'ray' but prefect-ray is not installed; "
                                "run `pip install prefect-ray` or set clean.executor.kind: process") from None
         return RayTaskRunner(address=executor.ray_address) if executor.ray_address else RayTaskRunner()
-    return ProcessPoolTaskRunner(max_workers=executor.workers, initializer=die_with_parent)  # no orphans if killed
+    # workers die with this process, even when it is SIGKILLed
+    return ProcessPoolTaskRunner(max_workers=executor.workers, initializer=die_with_parent, initargs=(os.getpid(),))
 
 
 def map_on(executor: ExecutorConfig, task, calls: list[dict], on_done: Callable[[int], None] | None = None) -> list:

@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from collections import deque
 from dataclasses import asdict
 from pathlib import Path
@@ -171,9 +172,41 @@ def remove_shm_buffers(port: int) -> list[str]:
     return removed
 
 
+def mapped_files(under: Path) -> set[str]:
+    """The files under a folder that some live process of this node has memory-mapped (/proc/<pid>/maps)."""
+    prefix, mapped = f"{under}/", set()
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        try:
+            text = maps.read_text()
+        except OSError:  # gone, or not ours to read
+            continue
+        mapped.update(fields[5] for fields in (line.split(None, 5) for line in text.splitlines())
+                      if len(fields) == 6 and fields[5].startswith(prefix))
+    return mapped
+
+
+def remove_stale_shm_buffers(shm: Path = Path("/dev/shm"), min_age_s: float = 120.0) -> list[str]:
+    """DeepSpeed buffers of runs that died without their train stage's cleanup (a SIGKILLed `pretrain train`):
+    the ones no live process maps, older than min_age_s (a run starting on this node has just made its own and
+    may not have mapped it yet)."""
+    mapped, now = mapped_files(shm), time.time()
+    removed = []
+    for path in shm.glob(f"deepspeed_allreduce_buffer_{os.getuid()}_*"):
+        try:
+            stale = str(path) not in mapped and now - path.stat().st_mtime > min_age_s
+        except FileNotFoundError:
+            continue
+        if stale:
+            path.unlink(missing_ok=True)
+            removed.append(path.name)
+    return removed
+
+
 def run_train(model: ModelConfig, train: TrainConfig, tokenizer_dir: Path, tokens_dir: Path, out_dir: Path,
               mlflow_env: dict[str, str], log_line: Callable[[str], None] = print) -> dict:
     spec_path = write_spec(model, train, tokenizer_dir, tokens_dir, out_dir)
+    if removed := remove_stale_shm_buffers():
+        log_line(f"removed {len(removed)} DeepSpeed buffer(s) of dead runs from /dev/shm")
     tail: deque = deque(maxlen=200)
     code = launch(train, spec_path, launcher_env(train, mlflow_env), out_dir, log_line, tail)
     ckpt_dir = out_dir / "checkpoints"

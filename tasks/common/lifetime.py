@@ -16,9 +16,11 @@ import threading
 import time
 
 
-def die_with_parent(poll_s: float = 1.0) -> None:
-    """In a child process: a daemon thread that ends it within poll_s of its parent's death."""
-    parent = os.getppid()
+def die_with_parent(parent: int | None = None, poll_s: float = 1.0) -> None:
+    """In a child process: a daemon thread that ends it within poll_s of its parent's death. Pass the parent's
+    pid when you have it (as pool initargs): a worker still importing when its parent died would otherwise take
+    its new parent for the one to watch."""
+    parent = parent or os.getppid()
 
     def watch() -> None:
         while os.getppid() == parent:
@@ -28,9 +30,9 @@ def die_with_parent(poll_s: float = 1.0) -> None:
     threading.Thread(target=watch, name="die-with-parent", daemon=True).start()
 
 
-def worker_init(*initializers) -> None:
-    """A pool initializer: die with the parent, then the given ones."""
-    die_with_parent()
+def worker_init(parent: int, *initializers) -> None:
+    """A pool initializer: die with the parent (its pid), then the given ones."""
+    die_with_parent(parent)
     for init in initializers:
         init()
 

@@ -24,7 +24,7 @@ def map_local(fn: Callable, calls: list[tuple], workers: int | None, what: str, 
             progress.add()
     else:
         ctx = multiprocessing.get_context("spawn") if spawn else None
-        init = partial(worker_init, *([initializer] if initializer else []))  # workers die with this process
+        init = partial(worker_init, os.getpid(), *([initializer] if initializer else []))  # workers die with us
         with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=init) as pool:
             for result in pool.map(fn, *zip(*calls)):
                 results.append(result)

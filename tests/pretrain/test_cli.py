@@ -85,3 +85,77 @@ def test_check_config_checks_the_sources_and_the_run_root(tmp_path, capsys):
     assert "not checked: source 'remote' is remote (s3://)" in captured.out
     if os.geteuid() != 0:  # root writes anywhere
         assert f"{locked} is not writable" in captured.err
+
+
+def descendants(pid: int) -> list:
+    import psutil
+
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def is_prefect_server(p) -> bool:
+    try:
+        line = " ".join(p.cmdline())
+    except Exception:  # noqa: BLE001 - gone meanwhile
+        return False
+    return ("prefect" in line and " server start" in line) or "prefect.server.api.server" in line
+
+
+@pytest.mark.slow
+def test_a_cli_run_uses_one_server_and_leaves_nothing_running(tmp_path):
+    import time
+
+    data = tiny_dict(tmp_path / "run")
+    data["clean"]["executor"] = {"kind": "process", "workers": 2}
+    proc = subprocess.Popen([sys.executable, "-m", "pretrain.cli", "clean", "--config", write(tmp_path, data)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home")})
+    servers, seen = set(), set()
+    while proc.poll() is None:
+        for p in descendants(proc.pid):
+            seen.add(p.pid)
+            if is_prefect_server(p):
+                servers.add(p.pid)
+        time.sleep(0.2)
+    output = proc.stdout.read()
+    assert proc.returncode == 0, output[-3000:]
+    assert len(servers) == 1, output[-2000:]  # one for the run and its pool workers, not one per process
+    time.sleep(2)
+    import psutil
+
+    assert not [pid for pid in seen if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
+
+
+@pytest.mark.slow
+def test_a_killed_cli_leaves_no_pool_worker_or_server_behind(tmp_path):
+    import signal
+    import time
+
+    import psutil
+
+    from tests.conftest import CORPORA, need_shared
+
+    data = tiny_dict(tmp_path / "run")
+    data["clean"]["sources"] = [{"path": str(need_shared(CORPORA / "en" / "ag_news_test.csv")),
+                                 "columns": ["label", "title", "text"], "name": "ag"},
+                                {"path": str(CORPORA / "zh" / "cnews.val.txt"), "format": "tsv",
+                                 "columns": ["label", "text"], "name": "zh"}]
+    data["clean"]["shard_max_mb"] = 0.5  # many shards: the workers are busy when the CLI dies
+    data["clean"]["executor"] = {"kind": "process", "workers": 2}
+    proc = subprocess.Popen([sys.executable, "-m", "pretrain.cli", "clean", "--config", write(tmp_path, data)],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home")})
+    deadline = time.time() + 300
+    while len([p for p in descendants(proc.pid) if not is_prefect_server(p)]) < 2:  # the pool's workers are up
+        assert proc.poll() is None and time.time() < deadline
+        time.sleep(0.2)
+    time.sleep(2)
+    family = descendants(proc.pid)
+    assert any(is_prefect_server(p) for p in family)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    gone, alive = psutil.wait_procs(family, timeout=15)
+    assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE], [p.cmdline() for p in alive]

@@ -230,3 +230,30 @@ def test_every_collective_the_program_makes_goes_through_the_comm_module(prepare
     rank0 = Counter(c["name"] for c in ours if c["rank"] == "0")
     # 4 steps' agreements + staging + 2 room-to-save checks + 2 evals; 2 barriers per checkpoint
     assert rank0 == {"all_reduce": 4 + 1 + 2 + 2, "barrier": 2 * 2}
+
+
+def test_buffers_of_dead_runs_are_removed_and_live_ones_kept(tmp_path):
+    import mmap
+    import subprocess
+    import sys
+    import time as _time
+
+    from tasks.train import remove_stale_shm_buffers
+
+    dead = tmp_path / f"deepspeed_allreduce_buffer_{os.getuid()}_0_29500_0"
+    live = tmp_path / f"deepspeed_allreduce_buffer_{os.getuid()}_0_29501_0"
+    new = tmp_path / f"deepspeed_allreduce_buffer_{os.getuid()}_0_29502_0"
+    for path in (dead, live, new):
+        path.write_bytes(b"\0" * mmap.PAGESIZE)
+    old = _time.time() - 3600
+    os.utime(dead, (old, old))
+    os.utime(live, (old, old))
+    holder = subprocess.Popen([sys.executable, "-c", f"import mmap, sys, time\nf = open({str(live)!r}, 'r+b')\n"
+                               "m = mmap.mmap(f.fileno(), 0)\nprint('mapped', flush=True)\ntime.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "mapped"  # a rank of a run still training on this node
+        assert remove_stale_shm_buffers(tmp_path) == [dead.name]
+    finally:
+        holder.kill()
+    assert not dead.exists() and live.exists() and new.exists()  # a brand-new one may not be mapped yet

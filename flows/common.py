@@ -12,6 +12,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from model.redact import redact_url
 from pretrain.config import PipelineConfig
 from tasks import tracking
+from tasks.common.lease import lease
 
 
 def prefect_tags() -> dict[str, str]:
@@ -67,16 +68,18 @@ def mlflow_run(cfg: PipelineConfig, name: str, parent_run_id: str | None, tags: 
 
 @contextmanager
 def stage_run(cfg: PipelineConfig, stage: str, parent_run_id: str | None) -> Iterator[StageRun]:
-    run = mlflow_run(cfg, f"{cfg.name}/{stage}", parent_run_id, {"stage": stage})
-    section = getattr(cfg, stage, None)
-    if isinstance(section, BaseModel):
-        tracking.log_params(run.mlflow_uri, run.run_id, {stage: section.model_dump()})
-    ok = False
-    try:
-        yield run
-        ok = True
-    finally:
-        tracking.end_run(run.mlflow_uri, run.run_id, ok)
+    """The stage's lease on the run root (one run of a stage at a time), then its MLflow run."""
+    with lease(cfg.run_root_path(), stage):
+        run = mlflow_run(cfg, f"{cfg.name}/{stage}", parent_run_id, {"stage": stage})
+        section = getattr(cfg, stage, None)
+        if isinstance(section, BaseModel):
+            tracking.log_params(run.mlflow_uri, run.run_id, {stage: section.model_dump()})
+        ok = False
+        try:
+            yield run
+            ok = True
+        finally:
+            tracking.end_run(run.mlflow_uri, run.run_id, ok)
 
 
 def artifact_key(cfg: PipelineConfig, stage: str) -> str:

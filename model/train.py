@@ -89,22 +89,32 @@ class StopFlag:
         import psutil
 
         try:
-            parent = psutil.Process(os.getppid())
-            grandparent = parent.ppid()
+            self._parent = psutil.Process(os.getppid())
+            self._grandparent = self._parent.ppid()
         except psutil.Error:
             return
 
         def watch() -> None:
             while not self.requested:
                 time.sleep(poll_s)
-                try:
-                    gone = os.getppid() != parent.pid or parent.ppid() != grandparent
-                except psutil.Error:
-                    gone = True
-                if gone:
+                if self.launcher_gone():
                     self.requested, self.reason = True, "launcher gone"
 
         threading.Thread(target=watch, name="launcher-watch", daemon=True).start()
+
+    def launcher_gone(self) -> bool:
+        import psutil
+
+        if not hasattr(self, "_parent"):
+            return False
+        try:
+            return os.getppid() != self._parent.pid or self._parent.ppid() != self._grandparent
+        except psutil.Error:
+            return True
+
+    def cause(self) -> str:
+        """Why the ranks stop, as this rank knows it: another rank may have noticed first."""
+        return self.reason or ("launcher gone" if self.launcher_gone() else "another rank")
 
 
 def tokens_dir_for(spec: Spec, comm: Comm) -> Path:
@@ -260,7 +270,7 @@ def run_steps(engine, loop: Loop, model: torch.nn.Module, stop: StopFlag) -> int
             run_eval(engine, loop, step + 1)
         if stopping:
             save(engine, loop.spec, step + 1, loop.position, loop.tracker, loop.comm, mirror)
-            loop.tracker.event({"event": "stopped", "step": step + 1, "reason": stop.reason or "another rank"})
+            loop.tracker.event({"event": "stopped", "step": step + 1, "reason": stop.cause()})
             finish(loop)
             return EXIT_STOPPED
         if loop.save_due(step + 1):

@@ -37,16 +37,6 @@ def test_stage_needs_previous_stage(tmp_path):
     assert not (tmp_path / "run" / "tokens").exists()
 
 
-@pytest.mark.slow
-def test_clean_stage_alone(tmp_path):
-    cfg = tmp_path / "c.yaml"
-    cfg.write_text(yaml.safe_dump(tiny_dict(tmp_path / "run")))
-    proc = run_cli("clean", "--config", str(cfg))
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert (tmp_path / "run" / "clean" / "_SUCCESS").is_file()
-    assert '"docs_in"' in proc.stdout
-
-
 def test_plan_prints_the_chinchilla_allocation_and_names_missing_inputs(capsys):
     import json as _json
 
@@ -105,13 +95,15 @@ def is_prefect_server(p) -> bool:
 
 
 @pytest.mark.slow
-def test_a_cli_run_uses_one_server_and_leaves_nothing_running(tmp_path):
+def test_clean_stage_alone_with_one_server_and_nothing_left_running(tmp_path):
     import time
+
+    import psutil
 
     data = tiny_dict(tmp_path / "run")
     data["clean"]["executor"] = {"kind": "process", "workers": 2}
     proc = subprocess.Popen([sys.executable, "-m", "pretrain.cli", "clean", "--config", write(tmp_path, data)],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home")})
     servers, seen = set(), set()
     while proc.poll() is None:
@@ -120,12 +112,11 @@ def test_a_cli_run_uses_one_server_and_leaves_nothing_running(tmp_path):
             if is_prefect_server(p):
                 servers.add(p.pid)
         time.sleep(0.2)
-    output = proc.stdout.read()
-    assert proc.returncode == 0, output[-3000:]
-    assert len(servers) == 1, output[-2000:]  # one for the run and its pool workers, not one per process
+    out, err = proc.communicate()
+    assert proc.returncode == 0, err[-3000:]
+    assert (tmp_path / "run" / "clean" / "_SUCCESS").is_file() and '"docs_in"' in out
+    assert len(servers) == 1, err[-2000:]  # one for the run and its pool workers, not one per process
     time.sleep(2)
-    import psutil
-
     assert not [pid for pid in seen if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
 
 

@@ -139,18 +139,6 @@ def test_resume_refuses_a_checkpoint_of_another_model(prepared_run, tmp_path):
                   log_line=lambda _: None)
 
 
-def test_mixture_and_staged_data_reach_the_ranks(prepared_run, tmp_path):
-    cfg, root = prepared_run
-    result, lines = train(cfg, root, tmp_path / "train", steps=2, save_every=2, stage_data_dir=str(tmp_path / "shm"),
-                          mixture=MixtureConfig(by="channel", weights={"en": 3.0, "code": 1.0}))
-    version = read_manifest(root / "tokens")["version"]
-    assert result["exit_code"] == 0
-    assert any(f"staged token shards to {tmp_path / 'shm' / ('tokens-' + version)}" in line for line in lines)
-    plan = next(line for line in lines if "data pools:" in line)
-    assert "code:" in plan and "share 0.250" in plan and "en:" in plan and "share 0.750" in plan
-    assert "zh:" in plan and "share 0.000" in plan  # pools the mixture does not name are not drawn
-
-
 @pytest.mark.parametrize("stage", [0, 2, 3])
 def test_every_zero_stage_trains_evaluates_and_resumes(prepared_run, tmp_path, stage):
     cfg, root = prepared_run
@@ -207,9 +195,10 @@ if os.environ.get("PRETRAIN_TEST_TRACE_DIR"):
 """
 
 
-def test_every_collective_the_program_makes_goes_through_the_comm_module(prepared_run, tmp_path, monkeypatch):
-    """A real 2-rank run with staging, eval and two checkpoints: each collective our code makes (not DeepSpeed's
-    own) comes from model/comm.py, and a step costs exactly one all-reduce."""
+def test_mixture_and_staged_data_reach_the_ranks_and_every_collective_goes_through_comm(prepared_run, tmp_path,
+                                                                                         monkeypatch):
+    """A real 2-rank run with a mixture, staging, eval and two checkpoints, traced at torch.distributed: each
+    collective our code makes (not DeepSpeed's own) comes from model/comm.py, and a step costs one all-reduce."""
     from tests.conftest import ROOT
 
     cfg, root = prepared_run
@@ -219,9 +208,16 @@ def test_every_collective_the_program_makes_goes_through_the_comm_module(prepare
     (site / "sitecustomize.py").write_text(TRACER)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])))
     monkeypatch.setenv("PRETRAIN_TEST_TRACE_DIR", str(trace))
-    result, _ = train(cfg, root, tmp_path / "train", steps=4, save_every=2, eval_every=2, eval_samples_per_channel=2,
-                      stage_data_dir=str(tmp_path / "stage"))
+    result, lines = train(cfg, root, tmp_path / "train", steps=4, save_every=2, eval_every=2,
+                          eval_samples_per_channel=2, stage_data_dir=str(tmp_path / "shm"),
+                          mixture=MixtureConfig(by="channel", weights={"en": 3.0, "code": 1.0}))
+    version = read_manifest(root / "tokens")["version"]
     assert result["exit_code"] == 0
+    assert any(f"staged token shards to {tmp_path / 'shm' / ('tokens-' + version)}" in line for line in lines)
+    plan = next(line for line in lines if "data pools:" in line)
+    assert "code:" in plan and "share 0.250" in plan and "en:" in plan and "share 0.750" in plan
+    assert "zh:" in plan and "share 0.000" in plan  # pools the mixture does not name are not drawn
+
     calls = [json.loads(line) for f in trace.glob("*.jsonl") for line in f.read_text().splitlines()]
     assert any(os.sep + "deepspeed" + os.sep in c["file"] for c in calls)  # the tracer sees DeepSpeed's own too
     ours = [c for c in calls if c["file"].startswith(str(ROOT)) and "site-packages" not in c["file"]]

@@ -10,6 +10,10 @@ then measures, for one pool and for a channel mixture:
 A per-epoch index that is rebuilt or replayed on resume would grow with the position;
 the baseline row replays the sampler up to the position (what an iterator-based loader
 does), measured at the positions where it finishes in reasonable time.
+  first batch  time and peak RSS of a fresh process that builds the sampler over
+               --first-batch-samples samples (default 5e8 = 1T tokens at seq 2048) and draws
+               one global batch of 512, in the Feistel order and in the materialised
+               numpy shuffle of earlier versions (the baseline; --skip-baseline leaves it out)
 """
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 
 from benchmarks._corpus import benchmark_parser, clean_corpus, train_small_tokenizer  # noqa: E402
+from benchmarks._memory import run_measured  # noqa: E402
 from model.data import GlobalSampler, SamplerState, TokenDataset, sampler_for  # noqa: E402
 from pretrain.config import TokenizeConfig  # noqa: E402
 from tasks.tokenize import run_tokenize  # noqa: E402
@@ -67,10 +72,49 @@ def replay_seconds(n: int, position: int) -> float:
     return time.perf_counter() - t
 
 
+FIRST_BATCH = """
+import json, sys, time
+t = time.perf_counter()
+from model.data import GlobalSampler, SamplerState
+sampler = GlobalSampler([{n}], seed=1, state=SamplerState(order="{order}"))
+batch = sampler.next_global_batch(512)
+print(json.dumps({{"seconds": time.perf_counter() - t, "distinct": len(set(batch))}}))
+"""
+
+
+def first_batch(n: int, order: str) -> tuple[float, float]:
+    """Seconds (imports included) and peak RSS in MB of a process that draws the first global batch."""
+    result, peak_mb = run_measured([sys.executable, "-c", FIRST_BATCH.format(n=n, order=order)],
+                                   env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert result["distinct"] == 512
+    return result["seconds"], peak_mb
+
+
+def print_first_batch(n: int, with_baseline: bool) -> None:
+    print(f"\nfirst global batch (512) of a fresh process at {n:.1e} samples, one pool:")
+    print(f"{'order':<34}{'seconds':>9}{'peak RSS MB':>13}")
+    orders = [("feistel (per position)", "feistel")]
+    if with_baseline:
+        orders.append(("numpy_shuffle (baseline, earlier)", "numpy_shuffle"))
+    rows = {label: first_batch(n, order) for label, order in orders}
+    for label, (seconds, mb) in rows.items():
+        print(f"{label:<34}{seconds:>9.2f}{mb:>13.0f}")
+    if with_baseline:
+        (fs, fm), (bs, bm) = rows.values()
+        print(f"feistel / baseline: time {fs / bs:.4f}x, memory {fm / bm:.3f}x")
+
+
 def main() -> None:
     parser = benchmark_parser(__doc__)
     parser.add_argument("--seq-len", type=int, default=2048)
+    parser.add_argument("--first-batch-samples", type=float, default=5e8)
+    parser.add_argument("--skip-baseline", action="store_true", help="leave out the numpy shuffle's first batch "
+                        "(minutes and GBs at 5e8)")
+    parser.add_argument("--first-batch-only", action="store_true")
     args = parser.parse_args()
+    print_first_batch(int(args.first_batch_samples), not args.skip_baseline)
+    if args.first_batch_only:
+        return
     tmp = Path(tempfile.mkdtemp(prefix="dataset-bench-"))
     try:
         clean_corpus(args.shared / "corpora", tmp / "clean", code_glob="/*.py")

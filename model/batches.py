@@ -92,7 +92,8 @@ class BatchPrefetcher:
     def _read_step(self) -> StepBatch:
         start = self.sampler.state.consumed_samples
         ids = self.sampler.next_global_batch(self.micro_batch * self.world * self.grad_accum)
-        state = SamplerState(self.sampler.state.consumed_samples, list(self.sampler.state.skipped))
+        state = SamplerState(self.sampler.state.consumed_samples, list(self.sampler.state.skipped),
+                             self.sampler.state.order)
         per_micro = self.micro_batch * self.world
         micro = [collate(self.dataset, rank_slice(ids[k * per_micro:(k + 1) * per_micro], self.rank, self.world))
                  for k in range(self.grad_accum)]

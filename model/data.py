@@ -24,6 +24,8 @@ from typing import Literal
 import numpy as np
 import pyarrow as pa
 
+from model.permutation import FeistelPermutation
+
 CHANNELS = ("zh", "en", "code", "other")
 MANIFEST = "manifest.json"
 PoolBy = Literal["all", "channel", "source"]
@@ -238,13 +240,17 @@ class SamplerState:
 
     consumed_samples: int = 0
     skipped: list[tuple[int, int]] = field(default_factory=list)  # [start, end) in position space
+    order: str = "feistel"  # how positions map to samples: a position means nothing without it
 
     def to_dict(self) -> dict:
-        return {"consumed_samples": self.consumed_samples, "skipped": [list(r) for r in self.skipped]}
+        return {"consumed_samples": self.consumed_samples, "skipped": [list(r) for r in self.skipped],
+                "order": self.order}
 
     @classmethod
     def from_dict(cls, d: dict) -> "SamplerState":
-        return cls(int(d["consumed_samples"]), [tuple(r) for r in d.get("skipped", [])])
+        # checkpoints from before the Feistel order record no order: theirs was the materialised shuffle
+        return cls(int(d["consumed_samples"]), [tuple(r) for r in d.get("skipped", [])],
+                   d.get("order", "numpy_shuffle"))
 
 
 class BlendSchedule:
@@ -296,6 +302,9 @@ class BlendSchedule:
         return self.counts / self.PERIOD
 
 
+DATA_ORDERS = ("feistel", "numpy_shuffle")
+
+
 class GlobalSampler:
     """Position p -> global sample id: a seeded permutation per pool and epoch, pools blended by weight.
 
@@ -304,6 +313,11 @@ class GlobalSampler:
     state is consumed_samples plus skipped position ranges, so resuming is
     O(1) and independent of world size. Without weights there is one pool or
     the pools are drawn in proportion to their sizes.
+
+    The permutation is a Feistel network evaluated per position (constant
+    memory at any size). "numpy_shuffle", the order of earlier versions, holds
+    a shuffled index per pool and epoch in memory; it is kept so runs started
+    with it can finish in their own order.
     """
 
     def __init__(self, pool_sizes: list[int] | int, seed: int, state: SamplerState | None = None,
@@ -317,19 +331,26 @@ class GlobalSampler:
                                  "drop it from train.mixture.weights or add data")
         self.seed = seed
         self.state = state or SamplerState()
+        if self.state.order not in DATA_ORDERS:
+            raise DataError(f"unknown data order {self.state.order!r}; known: {DATA_ORDERS}")
         self.blend = BlendSchedule(weights) if len(self.sizes) > 1 else None
-        self._perms: dict[int, tuple[int, np.ndarray]] = {}
+        self._perms: dict[int, tuple[int, object]] = {}
         self.last_positions: list[int] = []  # positions of the last global batch (skipped ones left out)
 
     def _permuted(self, pool: int, q: int) -> int:
         epoch, k = divmod(q, self.sizes[pool])
         cached = self._perms.get(pool)
         if cached is None or cached[0] != epoch:
-            order = np.arange(self.sizes[pool], dtype=np.int32 if self.sizes[pool] < 2**31 else np.int64)
-            np.random.default_rng([self.seed, pool, epoch]).shuffle(order)  # int32: half the memory per rank
-            cached = (epoch, order)
+            cached = (epoch, self._epoch_order(pool, epoch))
             self._perms[pool] = cached
-        return int(cached[1][k])
+        return int(cached[1](k)) if self.state.order == "feistel" else int(cached[1][k])
+
+    def _epoch_order(self, pool: int, epoch: int):
+        if self.state.order == "feistel":
+            return FeistelPermutation(self.sizes[pool], self.seed, pool, epoch)
+        order = np.arange(self.sizes[pool], dtype=np.int32 if self.sizes[pool] < 2**31 else np.int64)
+        np.random.default_rng([self.seed, pool, epoch]).shuffle(order)  # int32: half the memory per rank
+        return order
 
     def sample_at(self, position: int) -> int:
         pool, q = self.blend.locate(position) if self.blend else (0, position)
@@ -361,9 +382,10 @@ class GlobalSampler:
 
 
 def sampler_for(dataset: TokenDataset, seed: int, state: SamplerState | None = None,
-                weights: dict[str, float] | None = None) -> GlobalSampler:
+                weights: dict[str, float] | None = None, order: str = "feistel") -> GlobalSampler:
     """The sampler over a dataset's pools; `weights` names pools (channels or sources) and their shares."""
     names = [p.name for p in dataset.pools]
+    state = state or SamplerState(order=order)
     if weights is None:
         return GlobalSampler([p.num_samples for p in dataset.pools], seed, state)
     unknown = sorted(set(weights) - set(names))
@@ -388,4 +410,5 @@ def training_dataset(tokens_dir: str | Path, train: dict) -> TokenDataset:
 
 def training_sampler(dataset: TokenDataset, train: dict, state: SamplerState | None = None) -> GlobalSampler:
     mixture = train.get("mixture")
-    return sampler_for(dataset, train["seed"], state, weights=mixture["weights"] if mixture else None)
+    return sampler_for(dataset, train["seed"], state, weights=mixture["weights"] if mixture else None,
+                       order=train.get("data_order", "feistel"))

@@ -1,10 +1,17 @@
 """Parsers for the text NVIDIA's nccl-tests and nvbandwidth print, in every format seen in the wild.
 
 nccl-tests: current (v2.x: version line, Group and root columns, PCI ids),
-legacy (no Group or root column, `error` column as `0e+00`), times printed as
-integers or in exponent form at large sizes, `N/A` in #wrong when validation is
-off, per-iteration and timestamp columns, and `[1,0]<stdout>:` prefixes under
-mpirun --tag-output. A missing footer marks the output truncated.
+legacy (no Group or root column; broadcast without a redop column; an `error`
+column that holds the largest numerical error, `1e-06`, not a count of wrong
+elements), times printed as integers or in exponent form at large sizes, `N/A`
+in #wrong when validation is off, per-iteration and timestamp columns,
+`[1,0]<stdout>:` prefixes under mpirun --tag-output and `0: ` prefixes under
+Slurm's `srun -l`. AMD's rccl-tests print the same table with a version line
+of their own and notes (`# Errors with asterisks ...`, an asterisk after an
+error over its threshold). The columns are read from the table's header line
+when there is one. A missing footer marks the output truncated; the footer's
+verdict (`Out of bounds values : 0 OK`) is the tool's own and decides over
+counts taken from the rows.
 nvbandwidth: v0.2 and v0.8 preambles, one matrix per test with `N/A` cells,
 and the `SUM <test> <value>` line that ends each test.
 """
@@ -13,10 +20,11 @@ from __future__ import annotations
 import re
 
 _MPI_PREFIX = re.compile(r"^\[\d+,\d+\]<std(?:out|err)>:\s?")
+_SRUN_PREFIX = re.compile(r"^\s*\d+: ")
 _INT = re.compile(r"^-?\d+$")
-_VERSION = re.compile(r"#\s*nccl-tests version (\S+)")
+_VERSION = re.compile(r"#\s*(nccl-tests) version (\S+)|(rccl-tests): Version (\S+)")
 _STARTING = re.compile(r"#\s*Collective test starting:\s*(\S+)")
-_CONFIG = re.compile(r"#\s*nThread (\d+) nGpus (\d+) minBytes (\d+) maxBytes (\d+)")
+_CONFIG = re.compile(r"#?\s*nThread (\d+) nGpus (\d+) minBytes (\d+) maxBytes (\d+)")
 _DEVICE = re.compile(r"#\s*Rank\s+(\d+)(?:\s+Group\s+(\d+))?\s+Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)\s+\[([^\]]+)\]\s+(.*)$")
 _OOB = re.compile(r"#\s*Out of bounds values\s*:\s*(\d+)\s*(OK|FAILED)?")
 _AVG = re.compile(r"#\s*Avg bus bandwidth\s*:\s*([0-9.eE+-]+)\s*(OK|FAILED)?")
@@ -24,48 +32,88 @@ _ERROR = re.compile(r"#\s*error:\s*(.+)$")
 
 
 def strip_mpi_prefixes(text: str) -> list[str]:
-    return [_MPI_PREFIX.sub("", line.rstrip("\r")) for line in text.splitlines()]
+    """The lines without the labels launchers put before them (mpirun --tag-output, srun -l)."""
+    return [_MPI_PREFIX.sub("", _SRUN_PREFIX.sub("", line.rstrip("\r"), count=1)) for line in text.splitlines()]
 
 
 def _number(token: str) -> float | None:
     return None if token == "N/A" else float(token)
 
 
-def _result(values: list[str]) -> dict:
-    time_us, algbw, busbw, wrong = values[:4]
-    return {"time_us": float(time_us), "algbw": float(algbw), "busbw": float(busbw), "wrong": _number(wrong)}
+def table_layout(line: str) -> dict | None:
+    """The column header (`#  size  count  type  redop  root  time ...  #wrong`): the leading columns, and
+    whether the check column counts wrong elements (`#wrong`) or holds an error magnitude (legacy `error`)."""
+    tokens = line.lstrip("#").split()
+    if len(tokens) < 6 or tokens[:2] != ["size", "count"] or "time" not in tokens:
+        return None
+    check = "count" if "#wrong" in tokens else "magnitude" if "error" in tokens else None
+    return {"head": tokens[:tokens.index("time")], "check": check}
 
 
-def parse_nccl_row(line: str) -> dict | None:
-    """One result row, or None for anything else."""
+def _result(values: list[str], check: str | None) -> dict:
+    time_us, algbw, busbw, checked = values[:4]
+    over = checked.endswith("*")  # rccl-tests: an error over its threshold, the tool's own verdict on the row
+    value = _number(checked.rstrip("*"))
+    if check == "magnitude":
+        return {"time_us": float(time_us), "algbw": float(algbw), "busbw": float(busbw), "wrong": None,
+                "error": value, "over_threshold": over}
+    out = {"time_us": float(time_us), "algbw": float(algbw), "busbw": float(busbw), "wrong": value}
+    return {**out, "over_threshold": True} if over else out
+
+
+def _head(tokens: list[str], layout: dict | None) -> tuple[dict, int] | None:
+    """The leading fields of a row and how many tokens they take, from the header or, without one, the shape."""
+    if layout:
+        names = layout["head"]
+        if len(tokens) < len(names) + 8:
+            return None
+        fields = dict(zip(names, tokens))
+        return {"size": int(fields["size"]), "count": int(fields["count"]), "type": fields.get("type"),
+                "redop": fields.get("redop"), "root": int(fields["root"]) if "root" in fields else None}, len(names)
+    has_root = len(tokens) >= 13 and bool(_INT.match(tokens[4]))
+    width = 5 if has_root else 4
+    return {"size": int(tokens[0]), "count": int(tokens[1]), "type": tokens[2], "redop": tokens[3],
+            "root": int(tokens[4]) if has_root else None}, width
+
+
+def parse_nccl_row(line: str, layout: dict | None = None) -> dict | None:
+    """One result row, or None for anything else; `layout` from the table's header line when it had one."""
     tokens = line.split()
     if len(tokens) < 12 or not (tokens[0].isdigit() and tokens[1].isdigit()):
         return None
-    has_root = len(tokens) >= 13 and bool(_INT.match(tokens[4]))
-    head, values = (tokens[:5], tokens[5:]) if has_root else (tokens[:4], tokens[4:])
-    values = [v for v in values if not re.match(r"^\d{4}-\d\d-\d\d$|^\d\d:\d\d:\d\d$", v)]  # -T timestamps
-    per_iteration = len(values) >= 16  # time algbw busbw #wrong i_min i_max i_p99 i_cv%, twice
-    in_place = values[8:12] if per_iteration else values[4:8]
+    check = layout["check"] if layout else ("magnitude" if "e" in tokens[-1].lower() and "N/A" not in tokens[-1]
+                                            else "count")
     try:
-        return {"size": int(head[0]), "count": int(head[1]), "type": head[2], "redop": head[3],
-                "root": int(head[4]) if has_root else None,
-                "out_of_place": _result(values[:4]), "in_place": _result(in_place)}
+        found = _head(tokens, layout)
+        if found is None:
+            return None
+        head, width = found
+        values = [v for v in tokens[width:] if not re.match(r"^\d{4}-\d\d-\d\d$|^\d\d:\d\d:\d\d$", v)]  # -T
+        per_iteration = len(values) >= 16  # time algbw busbw #wrong i_min i_max i_p99 i_cv%, twice
+        in_place = values[8:12] if per_iteration else values[4:8]
+        return {**head, "out_of_place": _result(values[:4], check), "in_place": _result(in_place, check)}
     except (ValueError, IndexError):
         return None
 
 
 def parse_nccl_tests(text: str) -> dict:
     """Everything the text holds; `complete` is False when the footer is missing (a truncated or killed run)."""
-    out: dict = {"version": None, "test": None, "config": None, "devices": [], "rows": [], "out_of_bounds": None,
-                 "avg_busbw": None, "avg_busbw_check": None, "errors": [], "complete": False}
+    out: dict = {"tool": None, "version": None, "test": None, "config": None, "devices": [], "rows": [],
+                 "out_of_bounds": None, "avg_busbw": None, "avg_busbw_check": None, "errors": [], "complete": False}
+    layout = None
     for line in strip_mpi_prefixes(text):
         if not line.lstrip().startswith("#"):
-            row = parse_nccl_row(line)
-            if row:
+            if row := parse_nccl_row(line, layout):
                 out["rows"].append(row)
+            elif m := _VERSION.match(line.strip()):  # rccl-tests print theirs without the '#'
+                out["tool"], out["version"] = m.group(3), m.group(4)
+            elif m := _CONFIG.match(line.strip()):  # so did nccl-tests before 2.10
+                out["config"] = dict(zip(("nthread", "ngpus", "min_bytes", "max_bytes"), map(int, m.groups())))
             continue
-        if m := _VERSION.match(line):
-            out["version"] = m.group(1)
+        if found := table_layout(line):
+            layout = found
+        elif m := _VERSION.match(line):
+            out["tool"], out["version"] = m.group(1), m.group(2)
         elif m := _STARTING.match(line):
             out["test"] = m.group(1)
         elif m := _CONFIG.match(line):
@@ -86,13 +134,22 @@ def parse_nccl_tests(text: str) -> dict:
 
 
 def nccl_summary(parsed: dict) -> dict:
-    """The figures a check needs: peak and average busbw, whether the run finished and validated."""
+    """The figures a check needs: peak and average busbw, whether the run finished and validated.
+
+    Validation is the tool's own verdict (the out-of-bounds footer) when the output has one; only a truncated
+    output is judged from its rows (wrong-element counts, rccl-tests' over-threshold marks). An `error` column
+    of a legacy output is a magnitude (reported as max_error), never a count."""
     rows = parsed["rows"]
-    peak = max((max(r["out_of_place"]["busbw"], r["in_place"]["busbw"]) for r in rows), default=None)
-    wrong = sum((r["out_of_place"]["wrong"] or 0) + (r["in_place"]["wrong"] or 0) for r in rows)
-    failed = bool(wrong) or (parsed["out_of_bounds"] is not None and not parsed["out_of_bounds"]["ok"]) \
-        or parsed["avg_busbw_check"] == "FAILED" or bool(parsed["errors"])
+    results = [r[side] for r in rows for side in ("out_of_place", "in_place")]
+    peak = max((res["busbw"] for res in results), default=None)
+    wrong = sum(res["wrong"] or 0 for res in results)
+    errors = [res["error"] for res in results if res.get("error") is not None]
+    verdict = parsed["out_of_bounds"]
+    values_bad = (not verdict["ok"]) if verdict is not None else \
+        bool(wrong) or any(res.get("over_threshold") for res in results)
+    failed = values_bad or parsed["avg_busbw_check"] == "FAILED" or bool(parsed["errors"])
     return {"avg_busbw": parsed["avg_busbw"], "peak_busbw": peak, "rows": len(rows), "wrong": wrong,
+            "max_error": max(errors) if errors else None, "verdict": "tool" if verdict is not None else "rows",
             "complete": parsed["complete"], "failed": failed, "ranks": len(parsed["devices"]) or None,
             "hosts": sorted({d["host"] for d in parsed["devices"]}) or None}
 

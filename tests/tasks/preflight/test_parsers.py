@@ -38,8 +38,9 @@ def test_legacy_format_without_group_or_root_column():
     p = parse_nccl_tests(fixture("nccl-tests", "n4_legacy_2020_t4.txt"))
     assert p["devices"][0]["group"] is None and p["devices"][0]["name"] == "Tesla T4"
     row = p["rows"][0]
+    # its `error` column is the largest numerical error (0e+00), not a count of wrong elements
     assert row["root"] is None and row["redop"] == "sum" and row["in_place"] == {
-        "time_us": 20.07, "algbw": 0.0, "busbw": 0.0, "wrong": 0.0}
+        "time_us": 20.07, "algbw": 0.0, "busbw": 0.0, "wrong": None, "error": 0.0, "over_threshold": False}
 
 
 @pytest.mark.parametrize("name", ["n1_current_2node_gb10_head.txt", "n2_3node_a100_ib_tail.txt",
@@ -147,3 +148,93 @@ def test_nvbandwidth_json_output_reads_like_the_text():
     assert nvbandwidth_summary(from_json)[name] == nvbandwidth_summary(text)[name]
     assert from_json["tests"]["device_to_device_memcpy_read_ce"]["status"] == "Waived"
     assert nvbandwidth_summary(from_json)["device_to_device_memcpy_read_ce"]["min"] is None
+
+
+# The outputs below keep the layout of real ones posted in public issues (their numbers changed, rows cut):
+# each names where its format comes from.
+
+# NVIDIA/nccl-tests#176: legacy all_reduce, no root column, `error` = 1e-06 (a magnitude) on 128 GPUs
+LEGACY_ERROR_MAGNITUDE = """\
+#                                                       out-of-place                       in-place
+#       size         count      type   redop     time   algbw   busbw  error     time   algbw   busbw  error
+#        (B)    (elements)                       (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+        4096          1024     float     sum    92.10    0.04    0.09  1e-06    91.80    0.04    0.09  2e-06
+     1048576        262144     float     sum    310.5    3.38    6.70  1e-06    309.9    3.38    6.72  1e-06
+# Out of bounds values : 0 OK
+# Avg bus bandwidth    : 3.4000
+"""
+
+# NVIDIA/nccl-tests#82: legacy broadcast_perf, a root column and no redop, validation off (N/A)
+LEGACY_BROADCAST = """\
+# nThread 1 nGpus 1 minBytes 8 maxBytes 2147483648 step: 2(factor) warmup iters: 10 iters: 100 validation: 0
+#       size         count    type    root     time   algbw   busbw  error     time   algbw   busbw  error
+#        (B)    (elements)                     (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+           8             2   float       0    44.10    0.00    0.00    N/A    37.90    0.00    0.00    N/A
+  2147483648     536870912   float       0   190211   11.29   11.29    N/A   190377   11.28   11.28    N/A
+# Out of bounds values : 0 OK
+# Avg bus bandwidth    : 5.1200
+"""
+
+# crickett-hpe/hpc-ai-envs#30 and ROCm/rccl#2078: rccl-tests on MI300X, its version line without '#', the
+# asterisk note and the closing line
+RCCL = """\
+# nThread 1 nGpus 8 minBytes 8388608 maxBytes 1073741824 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0
+#
+rccl-tests: Version develop:83d38d9
+# Using devices
+#  Rank  0 Group  0 Pid  37300 on   g100n126 device  0 [0000:05:00] AMD Instinct MI300X
+#  Rank  1 Group  0 Pid  37300 on   g100n126 device  1 [0000:33:00] AMD Instinct MI300X
+#
+#                                                              out-of-place                       in-place
+#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+     8388608       2097152     float     sum      -1    90.40   92.80  162.40      0    94.10   89.10  155.90      0
+  1073741824     268435456     float     sum      -1     5620  191.06  334.35      0     5610  191.40  334.95      0
+# Errors with asterisks indicate errors that have exceeded the maximum threshold.
+# Out of bounds values : 0 OK
+# Avg bus bandwidth    : 246.9000
+#
+# Collective test concluded: all_reduce_perf
+"""
+
+
+def test_a_legacy_error_column_is_a_magnitude_not_a_count_of_wrong_values():
+    s = nccl_summary(parse_nccl_tests(LEGACY_ERROR_MAGNITUDE))
+    assert not s["failed"] and s["wrong"] == 0 and s["max_error"] == 2e-06 and s["avg_busbw"] == 3.4
+
+
+def test_a_legacy_broadcast_table_without_redop_reads_its_root():
+    p = parse_nccl_tests(LEGACY_BROADCAST)
+    assert p["config"] == {"nthread": 1, "ngpus": 1, "min_bytes": 8, "max_bytes": 2147483648}
+    last = p["rows"][-1]
+    assert (last["size"], last["root"], last["redop"], last["in_place"]["busbw"]) == (2147483648, 0, None, 11.28)
+    assert not nccl_summary(p)["failed"]
+
+
+def test_rccl_tests_output_with_its_notes():
+    p = parse_nccl_tests(RCCL)
+    assert (p["tool"], p["version"]) == ("rccl-tests", "develop:83d38d9") and p["complete"]
+    assert [d["name"] for d in p["devices"]] == ["AMD Instinct MI300X"] * 2 and len(p["rows"]) == 2
+    s = nccl_summary(p)
+    assert s["avg_busbw"] == 246.9 and s["peak_busbw"] == 334.95 and not s["failed"] and s["verdict"] == "tool"
+    over = RCCL.replace("334.95      0\n", "334.95   12*\n")  # the tool marks a row over its threshold...
+    assert parse_nccl_tests(over)["rows"][1]["in_place"]["over_threshold"]
+    assert not nccl_summary(parse_nccl_tests(over))["failed"]  # ...but its footer verdict, still OK, decides
+    truncated = over.split("# Errors with")[0]  # no footer: the rows are all there is to judge by
+    assert nccl_summary(parse_nccl_tests(truncated))["failed"]
+
+
+@pytest.mark.parametrize("name", ["n2_3node_a100_ib_tail.txt", "n4_legacy_2020_t4.txt"])
+def test_srun_labelled_lines_change_nothing(name):
+    text = fixture("nccl-tests", name)
+    labelled = "\n".join(f"{i % 2}: {line}" for i, line in enumerate(text.splitlines()))  # srun -l
+    assert parse_nccl_tests(labelled) == parse_nccl_tests(text)
+
+
+def test_the_tools_verdict_decides_over_counts_from_the_rows():
+    text = fixture("nccl-tests", "n2_3node_a100_ib_tail.txt")
+    p = parse_nccl_tests(text)
+    p["rows"][0]["in_place"]["wrong"] = 3.0  # a count in the table the footer's "0 OK" disagrees with
+    assert not nccl_summary(p)["failed"]
+    p["out_of_bounds"] = None  # without the footer the rows are the evidence
+    assert nccl_summary(p)["failed"]

@@ -42,11 +42,13 @@ def read_meta(ckpt_dir: Path, tag: str) -> dict:
 
 
 def complete_tags(ckpt_dir: Path) -> list[str]:
-    """Complete checkpoint tags, oldest first by step."""
+    """Complete checkpoint tags, oldest first by step. Set-aside ones (<tag>.abandoned-<n>) hold a COMPLETE file
+    too but are not tags: a resume must never pick one."""
     ckpt_dir = Path(ckpt_dir)
     if not ckpt_dir.is_dir():
         return []
-    tags = [p.name for p in ckpt_dir.iterdir() if p.is_dir() and is_complete(ckpt_dir, p.name)]
+    tags = [p.name for p in ckpt_dir.iterdir()
+            if p.is_dir() and _tag_step(p.name) is not None and is_complete(ckpt_dir, p.name)]
     return sorted(tags, key=lambda t: read_meta(ckpt_dir, t)["step"])
 
 
@@ -82,8 +84,32 @@ def retention_victims(steps_by_tag: dict[str, int], keep_last: int, keep_every: 
     return [t for t in old if not (keep_every and steps_by_tag[t] % keep_every == 0)]
 
 
-def apply_retention(ckpt_dir: Path, keep_last: int, keep_every: int, busy: set[str] = frozenset()) -> list[str]:
-    """Delete the victims (never `latest`, nor `busy` tags still uploading); also incomplete tags older than latest."""
+_ABANDONED = re.compile(r"(?P<tag>.+)\.abandoned-(?P<attempt>\d+)")
+
+
+def abandoned_tags(ckpt_dir: Path) -> list[str]:
+    """Checkpoints set aside by rollbacks (<tag>.abandoned-<attempt>), oldest first: by attempt, then step."""
+    ckpt_dir = Path(ckpt_dir)
+    found = [(m, p.name) for p in ckpt_dir.iterdir() if p.is_dir() and (m := _ABANDONED.fullmatch(p.name))] \
+        if ckpt_dir.is_dir() else []
+    return [name for m, name in sorted(found, key=lambda f: (int(f[0]["attempt"]), _tag_step(f[0]["tag"]) or 0))]
+
+
+def prune_abandoned(ckpt_dir: Path, keep: int) -> list[str]:
+    """Delete all but the newest `keep` set-aside checkpoints: each is as large as a live one, and a run that
+    rolls back often would otherwise fill the disk with them."""
+    import shutil
+
+    victims = abandoned_tags(ckpt_dir)[:-keep] if keep else abandoned_tags(ckpt_dir)
+    for name in victims:
+        shutil.rmtree(Path(ckpt_dir) / name, ignore_errors=True)
+    return victims
+
+
+def apply_retention(ckpt_dir: Path, keep_last: int, keep_every: int, busy: set[str] = frozenset(),
+                    keep_abandoned: int = 1) -> list[str]:
+    """Delete the victims (never `latest`, nor `busy` tags still uploading); also incomplete tags older than latest,
+    and set-aside checkpoints beyond the newest keep_abandoned."""
     import shutil
 
     ckpt_dir = Path(ckpt_dir)
@@ -98,7 +124,7 @@ def apply_retention(ckpt_dir: Path, keep_last: int, keep_every: int, busy: set[s
             victims.append(path.name)  # a save that died half-way, superseded by a complete one
     for tag in victims:
         shutil.rmtree(ckpt_dir / tag, ignore_errors=True)
-    return victims
+    return victims + prune_abandoned(ckpt_dir, keep_abandoned)
 
 
 def _tag_step(tag: str) -> int | None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
+import time
 import traceback
 from typing import Callable
 
@@ -38,11 +40,16 @@ def fault_point(name: str, rank: int) -> None:
     """Fault injection for drills and tests: PRETRAIN_FAULTS="eval,metrics,kill_during_save@1".
 
     `name` fails on every rank, `name@r` only on rank r; kill_during_save dies
-    with SIGKILL (no cleanup, as when a node is lost), the others raise. With
-    PRETRAIN_FAULTS_ONCE_FILE set, a fault fires once (the file marks it fired).
+    with SIGKILL (no cleanup, as when a node is lost), hang_* blocks forever (a
+    deadlock, a read that never returns), slow_* sleeps PRETRAIN_SLOW_S seconds
+    (default 1) each time, the others raise. With PRETRAIN_FAULTS_ONCE_FILE set,
+    a fault fires once (the file marks it fired).
     """
     wanted = {f.strip() for f in os.environ.get(FAULTS_ENV, "").split(",") if f.strip()}
     if name not in wanted and f"{name}@{rank}" not in wanted:
+        return
+    if name.startswith("slow"):  # a condition, not an event: every time, on every attempt
+        time.sleep(float(os.environ.get("PRETRAIN_SLOW_S", "1")))
         return
     once = os.environ.get("PRETRAIN_FAULTS_ONCE_FILE")  # a drill that should hit one attempt, not every relaunch
     if once:
@@ -51,4 +58,7 @@ def fault_point(name: str, rank: int) -> None:
         open(once, "w").close()
     if name.startswith("kill"):
         os.kill(os.getpid(), signal.SIGKILL)
+    if name.startswith("hang"):
+        print(f"injected fault '{name}' on rank {rank}: blocking forever", file=sys.stderr, flush=True)
+        threading.Event().wait()
     raise RuntimeError(f"injected fault '{name}' on rank {rank} ({FAULTS_ENV})")

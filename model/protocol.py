@@ -12,6 +12,7 @@ EXIT_STOPPED = 43   # stopped on SIGTERM after saving a checkpoint
 EXIT_CONFIG = 44    # bad spec / data: retrying will not help
 EXIT_UNSAVED = 45   # trained to the last step but could not save it (no room): the work since the last checkpoint
                     # is not durable; retrying would train it again into the same full disk
+EXIT_HUNG = 46      # made no progress for train.hang_timeout_s: stacks are in <train_dir>/hangs (model/watchdog.py)
 
 METRICS_FILE = "metrics.jsonl"
 EVENTS_FILE = "events.jsonl"

@@ -18,8 +18,10 @@ import torch
 from model.batches import BatchPrefetcher
 from model.comm import Comm
 from model.data import CHANNELS, SamplerState
+from model.guard import fault_point
 from model.loss import token_cross_entropy
 from model.schedule import cosine_lr, wsd_lr
+from model.straggler import LocalTime
 
 N_CHANNELS = len(CHANNELS)
 STATS = 1 + 2 * N_CHANNELS  # [mean loss, loss sum per channel ..., tokens per channel ...]
@@ -37,6 +39,7 @@ class PendingStep:
     position_start: int
     position_end: int
     seconds: float = 0.0                    # wall time, set once the step's agreement has synced
+    own: LocalTime | None = None            # this rank's own part of it (reading data, forward): names stragglers
 
 
 @dataclass
@@ -44,6 +47,7 @@ class Agreement:
     loss_not_finite: bool                # on any rank
     stop_requested: bool                 # on any rank
     stats: list[list[float]] | None      # the pending steps' figures summed over ranks, when they were due
+    rank_own_s: list[float] | None = None  # with them: each rank's own seconds per step (model/straggler.py)
 
 
 def lr_at(step: int, t: dict) -> float:
@@ -87,11 +91,14 @@ def train_step(engine, batches: BatchPrefetcher, t: dict, step: int) -> tuple[Pe
     lr = lr_at(step, t)
     for group in engine.optimizer.param_groups:
         group["lr"] = lr
+    fault_point("slow_rank", batches.rank)  # drills: a rank whose reads are slow
     batch = batches.next()
+    own = LocalTime(data_s=time.perf_counter() - started)
     poisoned = nan_injected(batch.positions)
     stats = torch.zeros(STATS, device=engine.device)
     for tokens, channels in batch.micro:
-        loss = step_loss(engine, tokens, channels, stats)
+        with own.span(engine.device):
+            loss = step_loss(engine, tokens, channels, stats)
         if poisoned:
             loss = loss * float("nan")
         engine.backward(loss)
@@ -100,7 +107,7 @@ def train_step(engine, batches: BatchPrefetcher, t: dict, step: int) -> tuple[Pe
     norm = engine.get_global_grad_norm()
     norm = norm.detach().clone() if torch.is_tensor(norm) else norm
     return PendingStep(step + 1, stats, norm, lr, started, len(batch.positions), batch.position_start,
-                       batch.state.consumed_samples), batch.state
+                       batch.state.consumed_samples, own=own), batch.state
 
 
 def agree(comm: Comm, pending: list[PendingStep], stop_requested: bool, with_stats: bool) -> Agreement:
@@ -109,10 +116,14 @@ def agree(comm: Comm, pending: list[PendingStep], stop_requested: bool, with_sta
     flags = torch.zeros(2, device=comm.device)
     flags[0] = (~torch.isfinite(pending[-1].stats[0])).float()
     flags[1] = float(stop_requested)
-    payload = torch.cat([flags, *(p.stats.to(comm.device) for p in pending)]) if with_stats else flags
-    reduced = comm.all_reduce(payload).tolist()
-    stats = [reduced[2 + k * STATS: 2 + (k + 1) * STATS] for k in range(len(pending))] if with_stats else None
-    return Agreement(reduced[0] > 0, reduced[1] > 0, stats)
+    if not with_stats:
+        reduced = comm.all_reduce(flags).tolist()
+        return Agreement(reduced[0] > 0, reduced[1] > 0, None)
+    own = torch.zeros(comm.world, device=comm.device)  # each rank fills its slot: the sum hands every rank all
+    own[comm.rank] = sum(p.own.seconds() for p in pending if p.own) / len(pending)
+    reduced = comm.all_reduce(torch.cat([flags, *(p.stats.to(comm.device) for p in pending), own])).tolist()
+    stats = [reduced[2 + k * STATS: 2 + (k + 1) * STATS] for k in range(len(pending))]
+    return Agreement(reduced[0] > 0, reduced[1] > 0, stats, reduced[2 + len(pending) * STATS:])
 
 
 def reduce_stats(comm: Comm, pending: list[PendingStep]) -> list[list[float]]:

@@ -14,6 +14,9 @@ class NullTracker:
     def event(self, record: dict) -> None:
         pass
 
+    def tag(self, key: str, value: str) -> None:
+        pass
+
     def flush(self) -> None:
         pass
 
@@ -39,6 +42,11 @@ class Rank0Tracker:
     def event(self, record: dict) -> None:
         append_jsonl(self.events_path, record)
 
+    def tag(self, key: str, value: str) -> None:
+        """A run tag in MLflow (a straggler's name), where a person looks first."""
+        if self.client:
+            self.client.set_tag(self.run_id, key, value)
+
     def flush(self) -> None:
         if not self.client or not self.pending:
             self.pending = []
@@ -48,7 +56,8 @@ class Rank0Tracker:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        points = [Metric(k, float(v), now, step) for step, m in self.pending for k, v in m.items()]
+        points = [Metric(k, float(v), now, step) for step, m in self.pending for k, v in m.items()
+                  if isinstance(v, (int, float))]  # per-rank lists stay in metrics.jsonl
         for i in range(0, len(points), 1000):  # MLflow caps a batch at 1000 metrics
             self.client.log_batch(self.run_id, metrics=points[i:i + 1000])
         self.pending = []

@@ -48,8 +48,10 @@ from model.protocol import (EVENTS_FILE, EXIT_ANOMALY, EXIT_CONFIG, EXIT_DONE, E
                             MIRROR_URL_ENV, load_secrets)
 from model.staging import StagingError, stage_tokens, staged_path
 from model.steps import PendingStep, agree, grad_norms, reduce_stats, step_metrics, train_step
+from model.straggler import StragglerWatch, rank_figures
 from model.tracking import NullTracker, Rank0Tracker
 from model.train_state import ResumeMismatch, resume, room_to_save, save
+from model.watchdog import HangWatch
 
 
 @dataclass
@@ -162,6 +164,8 @@ class Loop:
     flops_per_token: float
     peak_tflops: float | None
     pending: list[PendingStep] = field(default_factory=list)
+    watch: HangWatch | None = None
+    stragglers: StragglerWatch | None = None
 
     @property
     def t(self) -> dict:
@@ -207,13 +211,16 @@ def report_step(loop: Loop, step: int, metrics: dict) -> None:
               f"tok/s={metrics['tokens_per_s']:.0f}" + (f" mfu={util:.1%}" if util is not None else ""), flush=True)
 
 
-def drain(loop: Loop, reduced: list[list[float]]) -> Anomaly | None:
+def drain(loop: Loop, reduced: list[list[float]], rank_own_s: list[float] | None = None) -> Anomaly | None:
     """The pending steps, in order, on the host: each goes to the detector, the due ones to the metrics;
-    stops at the first anomaly."""
+    stops at the first anomaly. Each rank's own time (over the pending steps) rides on the newest step's line."""
     norms = grad_norms(loop.pending)
     found = None
     for p, figures, norm in zip(loop.pending, reduced, norms):
         metrics = step_metrics(p, figures, norm, loop.comm.world, loop.t["seq_len"], loop.flops_per_token)
+        if rank_own_s and p is loop.pending[-1]:
+            metrics.update(rank_figures(rank_own_s))
+            watch_stragglers(loop, p.step, rank_own_s)
         if loop.logged(p.step):
             loop.guard.run("metrics", report_step, loop, p.step, metrics)
         found = check_anomaly(loop, p.step, metrics)
@@ -221,6 +228,20 @@ def drain(loop: Loop, reduced: list[list[float]]) -> Anomaly | None:
             break
     loop.pending.clear()
     return found
+
+
+def watch_stragglers(loop: Loop, step: int, rank_own_s: list[float]) -> None:
+    if loop.stragglers is None:
+        return
+    for event in loop.stragglers.observe(step, rank_own_s):
+        loop.tracker.event(event)
+        loop.guard.run("straggler tag", loop.tracker.tag, f"straggler.rank{event['rank']}",
+                       f"step {step}: {event['ratio']}x the median rank's own time")
+        if loop.rank == 0:
+            print(f"warning: rank {event['rank']} is a straggler: its own time per step (data + forward) has been "
+                  f"{event['ratio']}x the median of all ranks for {event['reports']} logged steps "
+                  f"({event['own_s']:.3f} s vs {event['median_own_s']:.3f} s); its host is in "
+                  f"heartbeats/rank{event['rank']}.json", flush=True)
 
 
 def run_eval(engine, loop: Loop, step: int) -> None:
@@ -250,14 +271,17 @@ def one_step(engine, loop: Loop, step: int, stop: StopFlag | None) -> tuple[bool
     reduced = agreed.stats
     if reduced is None and (agreed.loss_not_finite or agreed.stop_requested):
         reduced = reduce_stats(loop.comm, loop.pending)  # judged before anything else happens
-    return agreed.stop_requested, (drain(loop, reduced) if reduced is not None else None)
+    return agreed.stop_requested, (drain(loop, reduced, agreed.rank_own_s) if reduced is not None else None)
 
 
 def run_steps(engine, loop: Loop, model: torch.nn.Module, stop: StopFlag) -> int:
     t, mirror, saved = loop.t, loop.mirror, True
     for step in range(loop.first_step, t["steps"]):
         fault_point(f"crash_at_step_{step + 1}", loop.rank)  # drills: a crash mid-run, after the checkpoints before it
+        fault_point(f"hang_at_step_{step + 1}", loop.rank)  # drills: a rank that never comes back
         stopping, found = one_step(engine, loop, step, stop)
+        if loop.watch:
+            loop.watch.beat(step + 1)
         if found is not None:  # no checkpoint: the recovery rolls back to one from before the trouble
             loop.tracker.event(found.event())
             if loop.rank == 0:
@@ -267,7 +291,10 @@ def run_steps(engine, loop: Loop, model: torch.nn.Module, stop: StopFlag) -> int
             loop.comm.barrier()  # leave together: a rank tearing down while another still talks aborts it
             return EXIT_ANOMALY
         if loop.eval_due(step + 1):
+            slow_phase(loop, "eval")
             run_eval(engine, loop, step + 1)
+        if stopping or loop.save_due(step + 1):
+            slow_phase(loop, "save")
         if stopping:
             save(engine, loop.spec, step + 1, loop.position, loop.tracker, loop.comm, mirror)
             loop.tracker.event({"event": "stopped", "step": step + 1, "reason": stop.cause()})
@@ -286,6 +313,11 @@ def run_steps(engine, loop: Loop, model: torch.nn.Module, stop: StopFlag) -> int
     loop.tracker.event({"event": "done", "step": t["steps"], "callback_errors": loop.guard.failures})
     finish(loop)
     return EXIT_DONE
+
+
+def slow_phase(loop: Loop, name: str) -> None:
+    if loop.watch:
+        loop.watch.slow_phase(name)
 
 
 def profile_run(engine, loop: Loop) -> int:
@@ -356,12 +388,17 @@ def train(spec: Spec) -> int:
     try:
         if t.get("profile_steps"):
             return profile_run(engine, loop)
+        loop.watch = HangWatch(spec.out_dir, comm.rank, comm.world, t.get("hang_timeout_s"),
+                               t.get("slow_phase_timeout_s", 1800.0))
+        loop.stragglers = StragglerWatch(t.get("straggler_ratio", 1.5), t.get("straggler_reports", 20))
         announce(loop, model, sampler, optimizer)
         return run_steps(engine, loop, model, StopFlag())
     except BaseException:
         loop.guard.run("flush", tracker.flush)  # the steps trained before a crash still reach MLflow
         raise
     finally:
+        if loop.watch:
+            loop.watch.close()
         batches.close()
 
 

@@ -69,7 +69,7 @@ def save(engine, spec, step: int, position: SamplerState, tracker, comm: Comm, m
         if mirror:
             mirror.submit(ckpt_dir, tag)
         removed = ckpt.apply_retention(ckpt_dir, spec.train.get("keep_last", 3), spec.train.get("keep_every", 0),
-                                       mirror.in_flight() if mirror else set())
+                                       mirror.in_flight() if mirror else set(), keep_abandoned(spec))
         if removed:
             tracker.event({"event": "checkpoints_removed", "step": step, "tags": removed})
     comm.barrier()
@@ -81,15 +81,20 @@ def room_to_save(spec, model: torch.nn.Module, tracker, comm: Comm, step: int) -
     ok = 1.0
     if comm.rank == 0:
         ckpt_dir = spec.out_dir / "checkpoints"
+        pruned = ckpt.prune_abandoned(ckpt_dir, keep_abandoned(spec))  # room first, from what retention removes anyway
+        if pruned:
+            tracker.event({"event": "checkpoints_removed", "step": step, "tags": pruned})
         last = ckpt.latest_complete(ckpt_dir)
         # fp32 weights + Adam's two moments + bf16/fp32 copy: ~16 bytes a parameter before the first save
         need = ckpt.checkpoint_bytes(ckpt_dir, last) if last else 16 * count_parameters(model)
         fits, free = ckpt.room_for_checkpoint(ckpt_dir, need)
         if not fits:
             ok = 0.0
+            aside = sum(ckpt.checkpoint_bytes(ckpt_dir, t) for t in ckpt.abandoned_tags(ckpt_dir))
             print(f"warning: skipping the checkpoint at step {step}: {free / 1e9:.2f} GB free under {ckpt_dir}, "
-                  f"a checkpoint needs about {need / 1e9:.2f} GB; free disk space or lower train.keep_last",
-                  file=sys.stderr, flush=True)
+                  f"a checkpoint needs about {need / 1e9:.2f} GB; free disk space or lower train.keep_last"
+                  + (f" or train.recovery.keep_abandoned (set-aside checkpoints hold {aside / 1e9:.2f} GB)"
+                     if aside else ""), file=sys.stderr, flush=True)
             tracker.event({"event": "checkpoint_skipped", "step": step, "reason": "low_disk", "free_bytes": free,
                            "needed_bytes": need})
     return comm.agree([ok], "min")[0] > 0
@@ -101,7 +106,7 @@ def resume(engine, spec, comm: Comm) -> tuple[int, SamplerState]:
     named = spec.train.get("resume_tag")
     tag = named or ckpt.latest_complete(ckpt_dir)
     if tag is None:
-        return 0, with_skips(SamplerState(), spec.train.get("skip_ranges", []))
+        return 0, with_skips(SamplerState(order=data_order(spec)), spec.train.get("skip_ranges", []))
     meta = checked_meta(spec, ckpt_dir, tag)
     path, _ = engine.load_checkpoint(str(ckpt_dir), tag=tag)
     if path is None:  # DeepSpeed returns (None, None) on a missing tag and would train from scratch
@@ -111,8 +116,26 @@ def resume(engine, spec, comm: Comm) -> tuple[int, SamplerState]:
         restore_rng(rng_file)
     if comm.rank == 0:
         print(f"resumed from {tag} at step {meta['step']}", flush=True)
+    return meta["step"], with_skips(checked_position(meta, ckpt_dir / tag, spec), spec.train.get("skip_ranges", []))
+
+
+def keep_abandoned(spec) -> int:
+    return (spec.train.get("recovery") or {}).get("keep_abandoned", 1)
+
+
+def data_order(spec) -> str:
+    return spec.train.get("data_order", "feistel")
+
+
+def checked_position(meta: dict, ckpt_path: Path, spec) -> SamplerState:
+    """The checkpoint's data position, refused when it was counted in another data order than the run's:
+    the same position would name other samples, and data would silently repeat or be left out."""
     state = SamplerState.from_dict(meta["data_position"])
-    return meta["step"], with_skips(state, spec.train.get("skip_ranges", []))
+    if state.order != data_order(spec):
+        raise ResumeMismatch(f"checkpoint {ckpt_path} counts data positions in the {state.order!r} order, the run "
+                             f"is set to train.data_order={data_order(spec)!r}; set train.data_order: {state.order} "
+                             f"to finish this run in the order it started with, or start a new run_root")
+    return state
 
 
 def checked_meta(spec, ckpt_dir: Path, tag: str) -> dict:
@@ -136,4 +159,4 @@ def checked_meta(spec, ckpt_dir: Path, tag: str) -> dict:
 def with_skips(state: SamplerState, ranges) -> SamplerState:
     """The checkpoint's data position plus the skip-ahead ranges of the spec (set by the recovery flow)."""
     merged = sorted({(int(a), int(b)) for a, b in [*state.skipped, *ranges]})
-    return SamplerState(state.consumed_samples, merged)
+    return SamplerState(state.consumed_samples, merged, state.order)

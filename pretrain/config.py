@@ -388,6 +388,8 @@ class RecoveryConfig(Strict):
     lr_factor: float = Field(0.5, gt=0, le=1, description="a third spike in one region: the learning rate is multiplied by this")
     max_rollbacks: int = Field(5, ge=0, description="then the flow fails with a report for a person")
     max_crash_retries: int = Field(3, ge=0, description="resumes after crashes that are not anomalies (a killed rank, a lost node)")
+    keep_abandoned: int = Field(1, ge=0, description="checkpoints set aside by rollbacks (<tag>.abandoned-<n>) that are "
+                                "kept, newest first; older ones are deleted (each is as large as a live checkpoint)")
 
 
 class TrainConfig(Strict):
@@ -433,7 +435,21 @@ class TrainConfig(Strict):
                                 "save a checkpoint and stop before they are killed")
     log_every: int = Field(1, gt=0)
     seed: int = 1234
+    data_order: Literal["feistel", "numpy_shuffle"] = Field(
+        "feistel", description="position -> sample: a Feistel permutation per pool and epoch, computed per position "
+        "(constant memory); numpy_shuffle only to finish a run whose checkpoints were written in that order "
+        "(by earlier versions, whose checkpoints record no order)")
     timeout_minutes: float = Field(30.0, gt=0, description="collective timeout of the process group")
+    hang_timeout_s: float | None = Field(None, gt=0, description="a rank that makes no progress for this long is "
+                                         "hung: every rank writes its stacks to <train_dir>/hangs, the job ends and "
+                                         "is relaunched from the newest checkpoint as a crash; None: max(60 s, 10 x "
+                                         "the median step time)")
+    slow_phase_timeout_s: float = Field(1800.0, gt=0, description="the hang timeout while saving a checkpoint or "
+                                        "running eval")
+    straggler_ratio: float = Field(1.5, gt=1, description="a rank whose own time per step (reading data, forward) "
+                                   "is above this multiple of the median rank's ...")
+    straggler_reports: int = Field(20, ge=1, description="... for this many logged steps in a row is named in a "
+                                   "straggler event and an MLflow tag")
     schedule: Literal["cosine", "wsd"] = Field("cosine", description="cosine decay, or warmup-stable-decay (constant, then a final decay)")
     decay_frac: float = Field(0.2, gt=0, le=1, description="wsd: share of the steps spent decaying at the end")
     resume_tag: str | None = Field(None, description="resume from this checkpoint tag (e.g. step_00001000); None: the newest complete one")

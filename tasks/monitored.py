@@ -4,8 +4,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from model.protocol import EXIT_STOPPED, read_jsonl
+from model.protocol import EXIT_STOPPED, SPEC_FILE, read_jsonl
 from pretrain.config import ModelConfig, TrainConfig
+from tasks.common.outputs import read_json
 from tasks.recovery import Decision, abandon_after, decide, decisions, record
 from tasks.train import TrainingFailed, run_train
 
@@ -15,8 +16,11 @@ class RecoveryFailed(TrainingFailed):
 
 
 def roll_back(decision: Decision, out_dir: Path) -> list[str]:
-    """Set aside the checkpoints after the rollback target; `latest` names the target."""
-    return abandon_after(out_dir / "checkpoints", decision.checkpoint, decision.attempt)
+    """Set aside the checkpoints after the rollback target; `latest` names the target. How many set-aside
+    checkpoints stay is the run's train.recovery.keep_abandoned, read from the spec its launch wrote."""
+    spec = read_json(out_dir / SPEC_FILE) if (out_dir / SPEC_FILE).is_file() else {}
+    keep = spec.get("train", {}).get("recovery", {}).get("keep_abandoned", 1)
+    return abandon_after(out_dir / "checkpoints", decision.checkpoint, decision.attempt, keep)
 
 
 def run_monitored(model: ModelConfig, train: TrainConfig, tokenizer_dir: Path, tokens_dir: Path, out_dir: Path,

@@ -6,7 +6,8 @@
                       the same region again widens the skip, then lowers the
                       learning rate; past `max_rollbacks` a person decides.
   crash (other codes) resume from the newest complete checkpoint, no skip, within
-                      `max_crash_retries`.
+                      `max_crash_retries`; a hang (46) is a crash whose decision
+                      records the hung rank, where it hung and its stack.
   bad settings (44)   stop at once; so does a run that trained to the end but had no room
   no room (45)        to save it (a retry would fill the same disk).
 Every decision is appended to <train_dir>/recovery.jsonl.
@@ -18,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from model import checkpoint as ckpt
-from model.protocol import EXIT_ANOMALY, EXIT_CONFIG, EXIT_UNSAVED, append_jsonl, read_jsonl
+from model.protocol import EXIT_ANOMALY, EXIT_CONFIG, EXIT_HUNG, EXIT_UNSAVED, append_jsonl, read_jsonl
 from tasks.failures import transient_text
 
 RECOVERY_LOG = "recovery.jsonl"
@@ -35,6 +36,7 @@ class Decision:
     escalation: int = 0               # 0 first time in a region, 1 widened skip, 2 lowered lr
     anomaly: dict | None = None
     abandoned: list[str] = field(default_factory=list)
+    hang: dict | None = None          # the hang event (hung ranks, where, stacks) when the attempt hung
 
     def record(self) -> dict:
         out = asdict(self)
@@ -43,9 +45,13 @@ class Decision:
         return out
 
 
-def last_anomaly(train_dir: Path) -> dict | None:
-    events = [e for e in read_jsonl(Path(train_dir) / "events.jsonl") if e.get("event") == "anomaly"]
+def last_event(train_dir: Path, kind: str) -> dict | None:
+    events = [e for e in read_jsonl(Path(train_dir) / "events.jsonl") if e.get("event") == kind]
     return events[-1] if events else None
+
+
+def last_anomaly(train_dir: Path) -> dict | None:
+    return last_event(train_dir, "anomaly")
 
 
 def rollback_target(ckpt_dir: Path, onset_step: int, gap: int) -> str | None:
@@ -100,8 +106,9 @@ def plan_crash(policy, ckpt_dir: Path, exit_code: int, history: list[dict], atte
                     lr_scale=lr_scale)
 
 
-def abandon_after(ckpt_dir: Path, tag: str | None, attempt: int) -> list[str]:
-    """Checkpoints newer than the rollback target are set aside (renamed, not deleted), so no resume picks them."""
+def abandon_after(ckpt_dir: Path, tag: str | None, attempt: int, keep_abandoned: int = 1) -> list[str]:
+    """Checkpoints newer than the rollback target are set aside (renamed, not deleted), so no resume picks them;
+    of all set aside so far the newest keep_abandoned stay."""
     keep_step = ckpt.read_meta(ckpt_dir, tag)["step"] if tag else -1
     moved = []
     for t in ckpt.complete_tags(ckpt_dir):
@@ -112,6 +119,7 @@ def abandon_after(ckpt_dir: Path, tag: str | None, attempt: int) -> list[str]:
         ckpt.write_atomic(ckpt_dir / ckpt.LATEST, tag)
     else:
         (ckpt_dir / ckpt.LATEST).unlink(missing_ok=True)
+    ckpt.prune_abandoned(ckpt_dir, keep_abandoned)
     return moved
 
 
@@ -131,4 +139,9 @@ def decide(policy, train_dir: Path, exit_code: int, message: str, attempt: int, 
     anomaly = last_anomaly(train_dir) if exit_code == EXIT_ANOMALY else None
     if anomaly is not None:
         return plan_rollback(policy, ckpt_dir, anomaly, history, attempt, lr_scale)
-    return plan_crash(policy, ckpt_dir, exit_code, history, attempt, lr_scale, message, progressed)
+    # a hang is only watched for after a trained step, even when no metrics line was due yet
+    progressed = progressed or exit_code == EXIT_HUNG
+    decision = plan_crash(policy, ckpt_dir, exit_code, history, attempt, lr_scale, message, progressed)
+    if exit_code == EXIT_HUNG:
+        decision.hang = last_event(train_dir, "hang")
+    return decision

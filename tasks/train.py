@@ -17,14 +17,15 @@ from model.checkpoint import latest_complete, read_meta
 from model.data import read_manifest
 from model.llama import ModelArgs
 from model.redact import redact
-from model.protocol import (EVENTS_FILE, EXIT_ANOMALY, EXIT_CONFIG, EXIT_DONE, EXIT_STOPPED, EXIT_UNSAVED, SPEC_FILE,
-                            read_jsonl)
+from model.protocol import (EVENTS_FILE, EXIT_ANOMALY, EXIT_CONFIG, EXIT_DONE, EXIT_HUNG, EXIT_STOPPED, EXIT_UNSAVED,
+                            SPEC_FILE, read_jsonl)
 from pretrain.config import ModelConfig, TrainConfig
 from tasks.common.lifetime import kill_group, sigterm_on_parent_death, stop_gracefully
 from tasks.common.outputs import read_json, require_complete
 from tasks.failures import transient_text
-from tasks.launch import (LaunchFailed, env_with_file, hostfile_for, master_address, node_commands, read_hostfile,
-                          run_nodes, secrets_for_ranks, sigterm_kills)
+from tasks.hang import FrozenJobMonitor, archive_hang, describe, hang_report
+from tasks.launch import (LaunchFailed, env_with_file, hostfile_for, master_address, node_commands, on_node,
+                          read_hostfile, run_nodes, secrets_for_ranks, sigterm_kills)
 from tasks.preflight.probe import free_port
 from tasks.rendezvous import PortUnavailable, master_port
 
@@ -137,7 +138,10 @@ def launch(train: TrainConfig, spec_path: Path, env: dict[str, str], out_dir: Pa
         hostfile = hostfile_for(train, out_dir)
         hosts = read_hostfile(hostfile) if hostfile else []  # every name checked before any reaches ssh
         port = master_port(train, master_address(train, hosts) if hosts else "localhost", out_dir, env)
-        with secrets_for_ranks(env, train.mirror_url, out_dir) as (env, clean):
+        remote = lambda host, cmd: on_node(train.node_command or ["ssh", "{host}"], host, cmd, {},  # noqa: E731
+                                           train.node_command_shell)
+        with secrets_for_ranks(env, train.mirror_url, out_dir) as (env, clean), \
+                FrozenJobMonitor(out_dir, time.time(), remote):
             if hostfile is None or train.launch == "ssh":
                 env = env_with_file(env, out_dir) if hostfile else env
                 return run_launcher(launcher_command(train, spec_path, hostfile, port), env, log_line,
@@ -208,7 +212,13 @@ def run_train(model: ModelConfig, train: TrainConfig, tokenizer_dir: Path, token
     if removed := remove_stale_shm_buffers():
         log_line(f"removed {len(removed)} DeepSpeed buffer(s) of dead runs from /dev/shm")
     tail: deque = deque(maxlen=200)
-    code = launch(train, spec_path, launcher_env(train, mlflow_env), out_dir, log_line, tail)
+    since = time.time()
+    try:
+        code = launch(train, spec_path, launcher_env(train, mlflow_env), out_dir, log_line, tail)
+    except TrainingFailed as err:  # the per-node launch reports a failed node by raising
+        raise hang_failure(out_dir, since, log_line) or err from None
+    if code != EXIT_DONE and (hung := hang_failure(out_dir, since, log_line)):
+        raise hung
     ckpt_dir = out_dir / "checkpoints"
     tag = latest_complete(ckpt_dir)
     result = {"exit_code": code, "checkpoint_dir": str(ckpt_dir), "latest_checkpoint": tag,
@@ -222,6 +232,19 @@ def run_train(model: ModelConfig, train: TrainConfig, tokenizer_dir: Path, token
             EXIT_CONFIG: "stopped on bad settings or data (a retry will not help)"}.get(code, "crashed")
     raise TrainingFailed(f"training {what} (exit code {code}); see {out_dir / 'launcher.log'}. "
                          f"Newest complete checkpoint: {tag or 'none'}.{rank_errors(tail)}", code)
+
+
+def hang_failure(out_dir: Path, since: float, log_line: Callable[[str], None]) -> TrainingFailed | None:
+    """When the launch ended because its ranks hung: the failure naming the hung rank and where, its stacks
+    archived under hangs/<time>/ and shown in the log."""
+    report = hang_report(out_dir, since)
+    if report is None:
+        return None
+    folder = archive_hang(out_dir, report)
+    for rank, stack in report["stacks"].items():
+        log_line(f"stack of hung rank {rank} (innermost first):\n{stack}")
+    tag = latest_complete(out_dir / "checkpoints")
+    return TrainingFailed(f"{describe(report, folder)}. Newest complete checkpoint: {tag or 'none'}.", EXIT_HUNG)
 
 
 def unsaved_message(train: TrainConfig, result: dict) -> str:

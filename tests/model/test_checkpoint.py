@@ -57,3 +57,20 @@ def test_room_for_checkpoint_compares_free_space(tmp_path):
     ok, free = ckpt.room_for_checkpoint(tmp_path, 1)
     assert ok and free > 0
     assert not ckpt.room_for_checkpoint(tmp_path, free)[0]  # the 20% margin does not fit
+
+
+def test_set_aside_checkpoints_are_never_resumed_and_only_the_newest_are_kept(tmp_path):
+    for step in (2, 4):
+        make_tag(tmp_path, f"step_{step:08d}", step)
+    for attempt, steps in ((1, (6, 8)), (3, (6,)), (2, (10,))):
+        for step in steps:
+            make_tag(tmp_path, f"step_{step:08d}.abandoned-{attempt}", step)
+    (tmp_path / "latest").unlink()  # as after a rollback to the start
+    # the newest complete tag is then the live step 4, not a set-aside one
+    assert ckpt.latest_complete(tmp_path) == "step_00000004"
+    assert ckpt.abandoned_tags(tmp_path) == ["step_00000006.abandoned-1", "step_00000008.abandoned-1",
+                                             "step_00000010.abandoned-2", "step_00000006.abandoned-3"]
+    removed = ckpt.apply_retention(tmp_path, keep_last=5, keep_every=0, keep_abandoned=2)
+    assert removed == ["step_00000006.abandoned-1", "step_00000008.abandoned-1"]
+    assert ckpt.prune_abandoned(tmp_path, 0) == ["step_00000010.abandoned-2", "step_00000006.abandoned-3"]
+    assert ckpt.complete_tags(tmp_path) == ["step_00000002", "step_00000004"]

@@ -130,3 +130,34 @@ def test_poisoned_samples_spike_the_loss_and_the_run_recovers_to_a_clean_runs_lo
     assert a <= poisoned_positions.start and b >= poisoned_positions.stop  # the skip covers the poison
     final = {name: read_jsonl(tmp_path / name / "metrics.jsonl")[-1]["loss"] for name in ("clean", "recovered")}
     assert final["recovered"] == pytest.approx(final["clean"], rel=0.1)
+
+
+def test_a_hung_rank_is_caught_relaunched_and_a_slow_one_named(prepared_run, tmp_path):
+    """Rank 1 reads slowly at every step and blocks forever before step 4 (once): the hang is caught within its
+    timeout, its stack saved, the job relaunched from step 2's checkpoint in the same data order; the slow rank
+    is named."""
+    cfg, root = prepared_run
+    n, out = per_step(cfg), tmp_path / "train"
+    env = {"PRETRAIN_FAULTS": "hang_at_step_4@1,slow_rank@1", "PRETRAIN_SLOW_S": "0.4",
+           "PRETRAIN_FAULTS_ONCE_FILE": str(tmp_path / "fired")}
+    result, lines = monitored(cfg, root, out, env, steps=6, save_every=2, hang_timeout_s=6.0, straggler_reports=2)
+    assert result["exit_code"] == 0 and result["latest_step"] == 6 and result["attempts"] == 2
+    [resume] = decisions(out)
+    assert resume["action"] == "resume" and resume["checkpoint"] == "step_00000002"
+    assert resume["hang"]["hung_ranks"] == [1] and "fault_point" in resume["hang"]["where"]["1"]
+    assert "run_steps" in resume["hang"]["stacks"]["1"]
+    [hang_dir] = [p for p in (out / "hangs").iterdir() if p.is_dir()]
+    assert {"rank0.txt", "rank1.txt", "report.json"} <= {p.name for p in hang_dir.iterdir()}
+    assert any("stack of hung rank 1" in line for line in lines)
+    events = read_jsonl(out / "events.jsonl")
+    hang = next(e for e in events if e["event"] == "hang")
+    start = [e for e in events if e["event"] == "start"]
+    step3 = next(m for m in read_jsonl(out / "metrics.jsonl") if m["step"] == 3)  # the last step before the hang
+    assert hang["time"] - step3["time"] < 6.0 + 15  # the timeout, a heartbeat, the grace for the others' stacks
+    assert start[1]["time"] - hang["time"] < 60  # relaunched at once
+    stragglers = [e for e in events if e["event"] == "straggler"]
+    assert stragglers and {e["rank"] for e in stragglers} == {1}
+    metrics = read_jsonl(out / "metrics.jsonl")
+    assert all(m["own_s_slowest_rank"] == 1 and len(m["rank_own_s"]) == 2 for m in metrics)
+    last = {m["step"]: m for m in metrics}  # the relaunch retrains steps 3.. from the same positions
+    assert [last[s]["position_start"] for s in range(1, 7)] == [k * n for k in range(6)]

@@ -99,7 +99,8 @@ class StopFlag:
         def watch() -> None:
             while not self.requested:
                 time.sleep(poll_s)
-                if self.launcher_gone():
+                # a killpg reaches the launcher and its ranks together: the SIGTERM, handled during the sleep, is the cause
+                if not self.requested and self.launcher_gone():
                     self.requested, self.reason = True, "launcher gone"
 
         threading.Thread(target=watch, name="launcher-watch", daemon=True).start()

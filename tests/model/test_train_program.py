@@ -61,3 +61,22 @@ def test_guard_reports_and_continues(monkeypatch):
     fault_point("eval", 0)  # another rank: nothing happens
     with pytest.raises(RuntimeError, match="injected fault 'eval' on rank 1"):
         fault_point("eval", 1)
+
+
+def test_a_sigterm_that_comes_with_the_launchers_exit_stays_the_cause():
+    """A killpg (Prefect cancel) reaches the launcher and its ranks together; the launcher watch, waking after
+    the SIGTERM was handled, must not rename the cause 'launcher gone' (CI caught exactly that)."""
+    import signal
+    import time
+
+    from model.train import StopFlag
+
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        flag = StopFlag(poll_s=0.3)
+        flag.launcher_gone = lambda: True  # the launcher died of the same killpg
+        flag._handle(signal.SIGTERM, None)
+        time.sleep(0.8)  # the watch wakes and sees its launcher gone
+        assert flag.requested and flag.reason == "SIGTERM" and flag.cause() == "SIGTERM"
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -19,6 +19,7 @@ import threading
 import time
 from collections import deque
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -29,7 +30,7 @@ from pretrain.config import HostConfig, TrainConfig, check_host
 # the ranks need these, and DeepSpeed's ssh launcher does not export them on its own
 EXTRA_ENV = ("DS_ACCELERATOR", "OMP_NUM_THREADS", "PRETRAIN_FAULTS", "PRETRAIN_SECRETS_FILE", "PYTHONUNBUFFERED",
              "TORCH_NCCL_ASYNC_ERROR_HANDLING")
-PROPAGATED_PREFIXES = ("NCCL_", "MLFLOW_", "PYTHON", "CUDA_", "UCX_", "TORCH_")
+PROPAGATED_PREFIXES = ("NCCL_", "GLOO_", "MLFLOW_", "PYTHON", "CUDA_", "UCX_", "TORCH_")
 # programs that hand their command to a remote shell as one line (so each argument must be quoted)
 REMOTE_SHELL_PROGRAMS = {"ssh", "autossh", "rsh", "pdsh"}
 # what DeepSpeed's ssh launcher exports to the ranks, in a line it wraps in double quotes only
@@ -131,7 +132,7 @@ def on_node(node_command: list[str], host: str, cmd: list[str], env: dict[str, s
 def check_deepspeed_exports(env: dict[str, str]) -> None:
     """DeepSpeed's ssh launcher exports variables to the nodes in double quotes at most: refuse the values that
     would arrive changed (or run as commands) instead of passing them on."""
-    exported = {k: v for k, v in env.items() if k.startswith(DEEPSPEED_EXPORT_PREFIXES) or k in EXTRA_ENV}
+    exported = {**{k: v for k, v in env.items() if k.startswith(DEEPSPEED_EXPORT_PREFIXES)}, **ds_file_env(env)}
     bad = sorted(k for k, v in exported.items() if any(c in v for c in _UNSAFE_IN_DOUBLE_QUOTES))
     if bad:
         raise ValueError(f"environment variable(s) {bad} hold a character (\" $ ` \\ or a newline) that DeepSpeed's "
@@ -139,9 +140,14 @@ def check_deepspeed_exports(env: dict[str, str]) -> None:
                          f"per_node (which quotes every value), or change the value")
 
 
+def ds_file_env(env: dict[str, str]) -> dict[str, str]:
+    """What the ranks need that DeepSpeed's ssh launcher does not export by itself (GLOO_*, TORCH_*, CUDA_*, ...)."""
+    return {k: v for k, v in propagated_env(env).items() if not k.startswith(DEEPSPEED_EXPORT_PREFIXES)}
+
+
 def write_ds_env_file(env: dict[str, str], path: Path) -> Path:
     """DeepSpeed's .deepspeed_env format (KEY=VALUE lines), for the ssh launcher (DS_ENV_FILE points at it)."""
-    extra = {k: v for k, v in env.items() if k in EXTRA_ENV}
+    extra = ds_file_env(env)
     Path(path).write_text("".join(f"{k}={v}\n" for k, v in sorted(extra.items())))
     return Path(path)
 
@@ -199,20 +205,32 @@ def sigterm_kills(kill_all: Callable[[], None]):
 
 def run_nodes(cmds: list[list[str]], env: dict[str, str], log_line: Callable[[str], None], log_path: Path,
               kill: Callable[[subprocess.Popen], None], preexec: Callable | None = None,
-              poll_s: float = 0.2, clean: Callable[[str], str] = lambda line: line) -> int:
-    """Run every node's launcher; 0 when all finish cleanly, else raise LaunchFailed naming the first failed node."""
+              poll_s: float = 0.2, clean: Callable[[str], str] = lambda line: line,
+              remote: RemoteRanks | None = None) -> int:
+    """Run every node's launcher; 0 when all finish cleanly, else raise LaunchFailed naming the first failed node.
+    With `remote`, SIGTERM reaches the ranks on the other hosts first, and whatever of the job is left there is
+    killed at the end (killing a local ssh client does not end the remote command unless ssh passes a hang-up)."""
     lock = threading.Lock()
     with open(log_path, "a", encoding="utf-8") as log:
         nodes = [NodeProcess(rank, cmd, env, preexec) for rank, cmd in enumerate(cmds)]
         pumps = [threading.Thread(target=n.pump, args=(log_line, log, lock, clean), daemon=True) for n in nodes]
         for t in pumps:
             t.start()
+
+        def on_term() -> None:
+            if remote:
+                remote.stop([n.proc for n in nodes])
+            for n in nodes:
+                kill(n.proc)
+
         try:
-            with sigterm_kills(lambda: [kill(n.proc) for n in nodes]):
+            with sigterm_kills(on_term):
                 failed = _wait_all(nodes, poll_s)
         finally:
             for n in nodes:
                 kill(n.proc)
+            if remote:
+                remote.reap()
             for t in pumps:
                 t.join(timeout=5)
     if failed is None:
@@ -221,6 +239,36 @@ def run_nodes(cmds: list[list[str]], env: dict[str, str], log_line: Callable[[st
     last = "\n".join(f"  {line}" for line in list(failed.tail)[-10:])
     raise LaunchFailed(f"node {failed.rank} failed (launcher exit code {code}); the other nodes were stopped. "
                        f"Its last lines:\n{last}", code, failed.rank)
+
+
+@dataclass
+class RemoteRanks:
+    """A per-node job's processes on the other hosts, reached through node_command (pkill by the job's spec path,
+    which only this run's launchers and ranks carry on their command lines)."""
+    node_command: list[str]
+    hosts: list[str]
+    spec_path: Path
+    program: str
+    shell: bool | None = None
+    grace_s: float = 300.0
+
+    def signal(self, sig: str, pattern: str) -> None:
+        for host in self.hosts:
+            cmd = on_node(self.node_command, host, ["pkill", f"-{sig}", "-f", pattern], {}, self.shell)
+            try:
+                subprocess.run(cmd, capture_output=True, timeout=30)
+            except (OSError, subprocess.TimeoutExpired):
+                pass  # a host that cannot be reached has nothing of ours we could stop
+
+    def stop(self, local: list[subprocess.Popen], poll_s: float = 0.5) -> None:
+        """SIGTERM to the ranks (they save, then their launchers exit, then the ssh clients), up to grace_s."""
+        self.signal("TERM", f"[-]m {self.program} --spec {self.spec_path}")  # '[-]': a pattern may not start with -
+        deadline = time.monotonic() + self.grace_s
+        while time.monotonic() < deadline and any(p.poll() is None for p in local):
+            time.sleep(poll_s)
+
+    def reap(self) -> None:
+        self.signal("KILL", str(self.spec_path))
 
 
 def _wait_all(nodes: list[NodeProcess], poll_s: float) -> NodeProcess | None:

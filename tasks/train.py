@@ -24,10 +24,10 @@ from tasks.common.lifetime import kill_group, sigterm_on_parent_death, stop_grac
 from tasks.common.outputs import read_json, require_complete
 from tasks.failures import transient_text
 from tasks.hang import FrozenJobMonitor, archive_hang, describe, hang_report
-from tasks.launch import (LaunchFailed, env_with_file, hostfile_for, master_address, node_commands, on_node,
-                          read_hostfile, run_nodes, secrets_for_ranks, sigterm_kills)
+from tasks.launch import (LaunchFailed, RemoteRanks, env_with_file, hostfile_for, master_address, node_commands,
+                          on_node, read_hostfile, run_nodes, secrets_for_ranks, sigterm_kills)
 from tasks.preflight.probe import free_port
-from tasks.rendezvous import PortUnavailable, master_port
+from tasks.rendezvous import PortUnavailable, is_local, master_port
 
 
 PROGRAM = "model.train"  # the module every rank runs
@@ -150,7 +150,8 @@ def launch(train: TrainConfig, spec_path: Path, env: dict[str, str], out_dir: Pa
             cmds = node_commands(deepspeed_binary(), hostfile, hosts, master_address(train, hosts), port, program,
                                  train.node_command, env, train.node_command_shell)
             return run_nodes(cmds, env, lambda line: (tail.append(line), log_line(line)), out_dir / "launcher.log",
-                             kill_group, sigterm_on_parent_death, clean=clean)
+                             kill_group, sigterm_on_parent_death, clean=clean,
+                             remote=remote_ranks(train, hosts, spec_path))
     except LaunchFailed as err:
         raise TrainingFailed(f"training crashed: {err}. See {out_dir / 'launcher.log'}. Newest complete checkpoint: "
                              f"{latest_complete(out_dir / 'checkpoints') or 'none'}.", err.exit_code) from None
@@ -161,6 +162,15 @@ def launch(train: TrainConfig, spec_path: Path, env: dict[str, str], out_dir: Pa
     finally:
         if port is not None:
             remove_shm_buffers(port)
+
+
+def remote_ranks(train: TrainConfig, hosts: list, spec_path: Path) -> RemoteRanks | None:
+    """The job's processes on hosts reached through train.node_command (not this machine's): what a cancel
+    signals and the end of the launch kills there."""
+    remote = [h.name for h in hosts if not is_local(h.name)]
+    if not train.node_command or not remote:
+        return None
+    return RemoteRanks(train.node_command, remote, spec_path, PROGRAM, train.node_command_shell, train.stop_grace_s)
 
 
 def remove_shm_buffers(port: int) -> list[str]:

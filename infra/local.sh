@@ -20,6 +20,8 @@ PREFECT_PORT="${PREFECT_PORT:-4200}"
 MLFLOW_PORT="${MLFLOW_PORT:-5000}"
 POOL="${PRETRAIN_WORK_POOL:-local}"
 GPU_POOL="${PRETRAIN_GPU_WORK_POOL:-$POOL}"
+# eval gets a pool of its own: a scheduled or checkpoint-triggered eval never waits behind, or lands beside, training
+EVAL_POOL="${PRETRAIN_EVAL_WORK_POOL:-$GPU_POOL-eval}"
 BIN="$VENV/bin"
 
 export PREFECT_HOME="$STATE/prefect"
@@ -30,6 +32,7 @@ export MLFLOW_TRACKING_URI="http://127.0.0.1:$MLFLOW_PORT"
 export PRETRAIN_HOME="$ROOT"
 export PRETRAIN_WORK_POOL="$POOL"
 export PRETRAIN_GPU_WORK_POOL="$GPU_POOL"
+export PRETRAIN_EVAL_WORK_POOL="$EVAL_POOL"
 export PRETRAIN_CONFIG="${PRETRAIN_CONFIG:-configs/tiny.yaml}"
 # persisted flow results (what a retried run reuses); on a cluster put this on shared storage
 export PREFECT_LOCAL_STORAGE_PATH="${PREFECT_LOCAL_STORAGE_PATH:-$STATE/prefect/storage}"
@@ -69,6 +72,8 @@ up() {
     "$BIN/prefect" work-pool inspect "$GPU_POOL" >/dev/null 2>&1 || "$BIN/prefect" work-pool create "$GPU_POOL" --type process >/dev/null
     start prefect-gpu-worker "$BIN/prefect" worker start --pool "$GPU_POOL" --type process
   fi
+  "$BIN/prefect" work-pool inspect "$EVAL_POOL" >/dev/null 2>&1 || "$BIN/prefect" work-pool create "$EVAL_POOL" --type process >/dev/null
+  start prefect-eval-worker "$BIN/prefect" worker start --pool "$EVAL_POOL" --type process
 }
 
 deploy() {
@@ -76,13 +81,13 @@ deploy() {
 }
 
 status() {
-  for name in prefect-server mlflow-server prefect-worker prefect-gpu-worker; do
+  for name in prefect-server mlflow-server prefect-worker prefect-gpu-worker prefect-eval-worker; do
     if alive "$name"; then echo "$name: running (pid $(cat "$STATE/pids/$name"))"; else echo "$name: stopped"; fi
   done
 }
 
 down() {
-  for name in prefect-gpu-worker prefect-worker mlflow-server prefect-server; do
+  for name in prefect-eval-worker prefect-gpu-worker prefect-worker mlflow-server prefect-server; do
     if alive "$name"; then
       local pid; pid="$(cat "$STATE/pids/$name")"
       kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true

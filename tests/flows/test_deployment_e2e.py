@@ -245,6 +245,9 @@ def wait_for_evals(env, tags: set[str], seconds: int = 300) -> dict[str, dict]:
 def test_eval_deployment_is_scheduled_and_triggered_by_checkpoints(stack):
     [deployment] = [d for d in api(stack, "/deployments/filter") if d["entrypoint"] == "flows/evaluation.py:eval_flow"]
     assert [s["schedule"]["cron"] for s in deployment["schedules"] if s["active"]] == ["0 */4 * * *"]
+    [train] = [d for d in api(stack, "/deployments/filter") if d["entrypoint"] == "flows/stages.py:train_flow"]
+    # its own pool, so an eval never lands on a node that is training
+    assert deployment["work_pool_name"] == f"{train['work_pool_name']}-eval"
     automations = [a for a in api(stack, "/automations/filter")
                    if any(x.get("deployment_id") == deployment["id"] for x in a["actions"])]
     assert len(automations) == 1 and automations[0]["enabled"]

@@ -54,8 +54,10 @@ class SourceConfig(Strict):
     path: str = Field(description="fsspec URL or glob (local path, s3://..., memory://...). "
                       "'{stdlib}' expands to this Python's standard library directory.")
     format: Literal["auto", "jsonl", "jsonl.gz", "jsonl.zst", "parquet", "csv", "tsv", "text", "warc"] = Field(
-        "auto", description="auto: from the file suffix (.jsonl, .jsonl.gz, .jsonl.zst, .parquet, .csv, .tsv, "
-        ".warc(.gz), .wet(.gz); anything else is text). warc needs the 'warc' extra")
+        "auto", description="auto: from the file suffix (.jsonl, .json, .jsonl.gz, .jsonl.zst, .parquet, .csv, .tsv, "
+        ".warc(.gz), .wet(.gz), .txt); a file without one of these is read by its content (gzip, zstd, Parquet, "
+        "WARC, JSON Lines or a JSON array, else text). JSON files may hold one array of records. "
+        "warc needs the 'warc' extra")
     columns: list[str] | None = Field(None, description="csv/tsv without a header row: the column names, in order")
     text_field: str = Field("text", description="column/key holding the document text (jsonl, parquet)")
     id_field: str | None = Field(None, description="column/key holding a document id; None: file:row")

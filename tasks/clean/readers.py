@@ -9,7 +9,9 @@ from __future__ import annotations
 import csv
 import gzip
 import io
+import itertools
 import json
+import zlib
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -61,15 +63,50 @@ def expand_source(source: SourceConfig) -> tuple[fsspec.AbstractFileSystem, list
     return fs, files
 
 
-def detect_format(path: str, declared: str) -> str:
+SUFFIXES = ((".warc.gz", "warc"), (".warc", "warc"), (".wet.gz", "warc"), (".wet", "warc"), (".jsonl.gz", "jsonl.gz"),
+            (".json.gz", "jsonl.gz"), (".jsonl.zst", "jsonl.zst"), (".json.zst", "jsonl.zst"), (".jsonl", "jsonl"),
+            (".json", "jsonl"), (".parquet", "parquet"), (".csv", "csv"), (".tsv", "tsv"), (".txt", "text"),
+            (".text", "text"), (".md", "text"))
+SNIFF_BYTES = 64 << 10
+
+
+def detect_format(path: str, declared: str, head: bytes = b"") -> str:
+    """The declared format, else the suffix's, else what the first bytes hold (a JSONL file named part-00000 is
+    not one huge text document). JSON files may hold one array of records instead of lines: see _read_json."""
     if declared != "auto":
         return declared
-    for suffix, fmt in ((".warc.gz", "warc"), (".warc", "warc"), (".wet.gz", "warc"), (".wet", "warc"), (".jsonl.gz", "jsonl.gz"), (".json.gz", "jsonl.gz"), (".jsonl.zst", "jsonl.zst"),
-                        (".json.zst", "jsonl.zst"), (".jsonl", "jsonl"), (".json", "jsonl"),
-                        (".parquet", "parquet"), (".csv", "csv"), (".tsv", "tsv")):
+    for suffix, fmt in SUFFIXES:
         if path.endswith(suffix):
             return fmt
+    return sniff_format(head)
+
+
+def sniff_format(head: bytes) -> str:
+    if head.startswith(b"\x1f\x8b"):
+        try:
+            inner = zlib.decompressobj(31).decompress(head)
+        except zlib.error:
+            return "text.gz"  # gzip then names what is wrong with it, as an unreadable file
+        return {"jsonl": "jsonl.gz", "warc": "warc.gz"}.get(sniff_format(inner), "text.gz")
+    if head.startswith(b"\x28\xb5\x2f\xfd"):
+        return "jsonl.zst"
+    if head.startswith(b"PAR1"):
+        return "parquet"
+    if head.startswith(b"WARC/"):
+        return "warc"
+    start = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if start.startswith(b"[") and start[1:].lstrip()[:1] in (b"{", b"]"):
+        return "jsonl"  # an array of records, read by _read_json
+    if start.startswith(b"{") and _is_json_object(start.split(b"\n", 1)[0]):
+        return "jsonl"
     return "text"
+
+
+def _is_json_object(line: bytes) -> bool:
+    try:
+        return isinstance(json.loads(line), dict)
+    except ValueError:
+        return False
 
 
 def _decode(raw: bytes) -> tuple[str, bool]:
@@ -92,7 +129,30 @@ def _record_doc(record: object, source: SourceConfig, fallback_id: str) -> RawDo
     return RawDoc(doc_id, text, name, hint)
 
 
-def _read_jsonl(stream: io.BufferedIOBase, source: SourceConfig, path: str) -> Iterator[RawDoc]:
+def _read_json(stream: io.BufferedIOBase, source: SourceConfig, path: str) -> Iterator[RawDoc]:
+    """JSON Lines, or one JSON array of records (a .json export): the first byte that is not blank decides."""
+    first = b""
+    lines = iter(stream)
+    for first in lines:
+        if first.strip():
+            break
+    if not first.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"["):
+        yield from _read_jsonl(itertools.chain([first], lines), source, path)
+        return
+    raw = first + b"".join(lines)  # an array is parsed whole: it has no line boundaries to stream by
+    text, repaired = _decode(raw)
+    try:
+        records = json.loads(text)
+    except json.JSONDecodeError:
+        yield from _read_jsonl(iter(raw.splitlines(keepends=True)), source, path)  # array-looking JSON lines
+        return
+    for index, record in enumerate(records):
+        doc = _record_doc(record, source, f"{path}:{index}")
+        doc.repaired = "replaced_undecodable_bytes" if repaired else None
+        yield doc
+
+
+def _read_jsonl(stream, source: SourceConfig, path: str) -> Iterator[RawDoc]:
     for lineno, raw in enumerate(stream, start=1):
         if not raw.strip():
             continue
@@ -177,22 +237,30 @@ def _read_text(f, source: SourceConfig, path: str) -> Iterator[RawDoc]:
 
 
 def read_file(fs: fsspec.AbstractFileSystem, path: str, source: SourceConfig) -> Iterator[RawDoc]:
-    fmt = detect_format(path, source.format)
     with fs.open(path, "rb") as f:
+        head = b""
+        if source.format == "auto" and not path.endswith(tuple(suffix for suffix, _ in SUFFIXES)):
+            head = f.read(SNIFF_BYTES)
+            f.seek(0)
+        fmt = detect_format(path, source.format, head)
         if fmt == "jsonl.gz":
             with gzip.open(f) as gz:
-                yield from _read_jsonl(gz, source, path)
+                yield from _read_json(gz, source, path)
         elif fmt == "jsonl.zst":
-            yield from _read_jsonl(_zstd_lines(f), source, path)
+            yield from _read_json(_zstd_lines(f), source, path)
         elif fmt in ("csv", "tsv"):
             yield from _read_delimited(f, source, path, "," if fmt == "csv" else "\t")
         elif fmt == "jsonl":
-            yield from _read_jsonl(f, source, path)
+            yield from _read_json(f, source, path)
         elif fmt == "parquet":
             yield from _read_parquet(f, source, path)
-        elif fmt == "warc":
+        elif fmt in ("warc", "warc.gz"):
             yield from read_warc(f, path, lambda doc_id, text, problem: RawDoc(
-                doc_id, text, source.source_name, source.channel_hint, problem=problem))
+                doc_id, text, source.source_name, source.channel_hint, problem=problem),
+                gzipped=path.endswith(".gz") or fmt == "warc.gz")
+        elif fmt == "text.gz":
+            with gzip.open(f) as gz:
+                yield from _read_text(gz, source, path)
         else:
             yield from _read_text(f, source, path)
 
@@ -218,5 +286,5 @@ def iter_files(fs: fsspec.AbstractFileSystem, paths, source: SourceConfig,
                 yield doc
         except SourceError:
             raise
-        except (OSError, EOFError, ValueError, zstandard.ZstdError) as err:
+        except (OSError, EOFError, ValueError, zlib.error, zstandard.ZstdError) as err:
             unreadable.append(UnreadableFile(path, f"{type(err).__name__}: {err}", count))

@@ -108,3 +108,40 @@ def test_fifty_megabyte_single_line_is_judged_not_fatal(tmp_path):
         f.write(json.dumps({"text": "spam " * 10_000_000}) + "\n")
     m = run_clean(CleanConfig(sources=[SourceConfig(path=str(path))]), tmp_path / "clean")
     assert m["docs_in"] == 1 and m["rejected_by_reason"] == {"too_long": 1}
+
+
+RECORDS = [{"id": "a1", "text": "第一篇文章的正文。"}, {"id": "a2", "text": "The second article's body."}]
+
+
+def test_a_json_array_file_is_read_as_its_records(tmp_path):
+    """A .json export holding one array (compact or pretty-printed) is its records, not one invalid record."""
+    (tmp_path / "compact.json").write_text(json.dumps(RECORDS + ["not an object"], ensure_ascii=False))
+    (tmp_path / "pretty.json").write_text(json.dumps(RECORDS, ensure_ascii=False, indent=2))
+    docs, unreadable = read_all(SourceConfig(path=str(tmp_path / "compact.json"), id_field="id"))
+    assert [(d.doc_id, d.text, d.problem) for d in docs] == [
+        ("a1", RECORDS[0]["text"], None), ("a2", RECORDS[1]["text"], None),
+        (f"{tmp_path / 'compact.json'}:2", "", "record_not_an_object")] and unreadable == []
+    docs, _ = read_all(SourceConfig(path=str(tmp_path / "pretty.json"), id_field="id"))
+    assert [d.text for d in docs] == [r["text"] for r in RECORDS]
+
+
+def test_a_file_whose_suffix_says_nothing_is_read_by_its_content(tmp_path):
+    """part-00000 files from Spark or Hadoop: JSONL (plain or gzipped) is read as records, not one text document;
+    text that merely starts with a brace stays text."""
+    lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in RECORDS).encode()
+    (tmp_path / "part-00000").write_bytes(lines)
+    (tmp_path / "part-00001").write_bytes(gzip.compress(lines))
+    (tmp_path / "part-00002").write_bytes(json.dumps(RECORDS).encode())
+    (tmp_path / "notes").write_text("{{Infobox river}} The river rises in the hills.\nIt flows west.\n")
+    for name in ("part-00000", "part-00001", "part-00002"):
+        docs, unreadable = read_all(SourceConfig(path=str(tmp_path / name), id_field="id"))
+        assert [d.doc_id for d in docs] == ["a1", "a2"] and [d.text for d in docs] == [r["text"] for r in RECORDS], name
+        assert unreadable == []
+    docs, _ = read_all(SourceConfig(path=str(tmp_path / "notes")))
+    assert len(docs) == 1 and docs[0].text.startswith("{{Infobox river}}")
+
+
+def test_a_broken_gzip_without_a_suffix_is_named_unreadable(tmp_path):
+    (tmp_path / "dump").write_bytes(b"\x1f\x8b\x08\x00garbage that is not deflate")
+    docs, unreadable = read_all(SourceConfig(path=str(tmp_path / "dump")))
+    assert docs == [] and len(unreadable) == 1 and unreadable[0].path.endswith("dump")

@@ -61,6 +61,30 @@ def test_gopher_quality():
     assert reason(long_words + ". " + EN_GOOD, "en") == "gopher_avg_word_length"
 
 
+def gopher_alpha(text: str) -> float:
+    from tasks.clean.rules.english import GopherQualityRule
+
+    rule = GopherQualityRule(RulesConfig().gopher_quality)
+    return rule.evaluate(Doc(text, "en", DocFeatures(text))).scores["gopher_quality.alpha_words"]
+
+
+def test_gopher_alpha_ratio_is_over_words_not_punctuation_marks():
+    """Gopher: 80% of *words* hold a letter. Counted over punctuation marks too (as datatrove does), 30 of the 61
+    WikiText-2 test articles fell below it; real prose must pass, and a page of figures must not."""
+    import re
+
+    from tests.conftest import CORPORA, need_shared
+
+    raw = need_shared(CORPORA / "en" / "wikitext2_test.raw").read_text(encoding="utf-8")
+    articles = [a for a in re.split(r"\n = [^=].*? = \n", raw) if len(a) > 200]
+    assert len(articles) == 61
+    alpha = [gopher_alpha(a) for a in articles]
+    assert min(alpha) >= 0.8, sorted(alpha)[:3]
+    figures = "Quarterly results: " + " ".join(f"{q}: {v:,} ({d:+.1f}%)" for q, v, d in
+                                              [(f"Q{i % 4 + 1}", 1000 * i + 17, i / 3) for i in range(60)]) + "."
+    assert gopher_alpha(figures) < 0.8
+
+
 def test_gopher_repetition():
     assert reason("\n".join([EN_GOOD[:80] + "."] * 6 + [EN_GOOD]), "en") == "gopher_repetition_dup_line_frac"
     assert reason(EN_GOOD + " " + " ".join(["the lens and the wick"] * 12), "en").startswith("gopher_repetition_")

@@ -37,8 +37,11 @@ def test_warc_html_text_extracted_and_non_text_rejected_not_dropped(tmp_path):
     path.write_bytes(b"".join(RECORDS))
     docs, unreadable = read(path)
     assert unreadable == []
-    assert [d.doc_id for d in docs] == ["http://a.example/", "http://a.example/logo.png", "http://b.example/"]
-    page, image, wet = docs
+    assert [d.doc_id for d in docs] == ["<urn:uuid:warcinfo-16>", "http://a.example/", "http://a.example/",
+                                        "http://a.example/logo.png", "http://b.example/"]
+    info, request, page, image, wet = docs
+    assert (info.problem, request.problem) == ("warc_warcinfo_record", "warc_request_record")  # accounted, not text
+    assert info.text == request.text == ""
     assert "Hello world, this is a page about rivers." in page.text and "第二段是中文。" in page.text  # gbk decoded
     assert "color" not in page.text and "var x" not in page.text and page.problem is None
     assert image.problem == "warc_payload_not_text" and image.text == ""
@@ -49,7 +52,7 @@ def test_gzipped_warc_per_record_members_and_wet_suffix(tmp_path):
     (tmp_path / "a.warc.gz").write_bytes(b"".join(gzip.compress(r) for r in RECORDS))
     (tmp_path / "b.warc.wet.gz").write_bytes(gzip.compress(RECORDS[-1]))
     docs, unreadable = read(tmp_path / "*.gz")
-    assert unreadable == [] and len(docs) == 4 and docs[-1].text == "plain WET text\n第二行"
+    assert unreadable == [] and len(docs) == 6 and docs[-1].text == "plain WET text\n第二行"
 
 
 def test_truncated_warc_is_reported_by_name(tmp_path):
@@ -59,4 +62,30 @@ def test_truncated_warc_is_reported_by_name(tmp_path):
     for name in ("cut.warc.gz", "cut.warc"):
         docs, unreadable = read(tmp_path / name)
         assert len(unreadable) == 1 and unreadable[0].path.endswith(name), name
-        assert unreadable[0].docs_read_before_error == len(docs) < 3
+        assert unreadable[0].docs_read_before_error == len(docs) < len(RECORDS)  # the last record is cut
+
+
+def wget_resource(uri: str, body: bytes) -> bytes:
+    return record("resource", uri, body, "text/plain")
+
+
+def test_a_crawlers_own_records_and_error_pages_are_rejected_with_a_reason(tmp_path):
+    """wget --warc-file keeps its arguments, manifest and log as resource records under metadata:// URIs, and
+    writes metadata records; a redirect's body is not a page. None of them may become a document's text."""
+    redirect = (b"HTTP/1.1 301 Moved Permanently\r\nLocation: https://a.example/\r\nContent-Type: text/html\r\n"
+                b"Content-Length: 20\r\n\r\n<html>Moved</html>\r\n")
+    path = tmp_path / "wget.warc"
+    path.write_bytes(b"".join([
+        RECORDS[0],
+        wget_resource("metadata://gnu.org/software/wget/warc/wget_arguments.txt", b'"--warc-file=x" "http://a.example/"'),
+        record("metadata", "http://a.example/", b"outlink: http://c.example/ E a/@href\r\n", "application/warc-fields"),
+        record("response", "http://a.example/old", redirect, "application/http; msgtype=response"),
+        RECORDS[2],
+        wget_resource("metadata://gnu.org/software/wget/warc/wget.log", b"2026-12-01 saved [1234/1234]\n"),
+        wget_resource("file:///srv/docs/readme.txt", "a file kept as a resource: real text".encode()),
+    ]))
+    docs, unreadable = read(path)
+    assert unreadable == []
+    assert [d.problem for d in docs] == ["warc_warcinfo_record", "warc_metadata_record", "warc_metadata_record",
+                                         "warc_http_not_ok", None, "warc_metadata_record", None]
+    assert docs[-1].text == "a file kept as a resource: real text" and all(d.text == "" for d in docs if d.problem)

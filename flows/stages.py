@@ -147,6 +147,14 @@ def rule_table(stats_path: Path, unreadable: list[dict]) -> list[dict]:
                      "documents": u["docs_read_before_error"], "characters": 0} for u in unreadable]
 
 
+def decontamination_rows(report: dict) -> list[dict]:
+    """One row per eval set, those that removed nothing included: 'no leak found' is a result too."""
+    return [{"outcome": "eval set", "rule": "decontam", "reason": f"{name}: {r['items']} items "
+             f"({r['items_shorter_than_ngram']} shorter than a window)",
+             "documents": r.get("rejected_docs", r.get("tagged_docs", 0)), "characters": 0}
+            for name, r in report.items()]
+
+
 @flow(name="clean", log_prints=True, persist_result=True)
 def clean_flow(config: PipelineConfig | str = DEFAULT_CONFIG, mlflow_parent_run_id: str | None = None) -> dict:
     """Read, normalize, tag, filter and deduplicate the corpus into kept/rejected Parquet."""
@@ -161,7 +169,8 @@ def clean_flow(config: PipelineConfig | str = DEFAULT_CONFIG, mlflow_parent_run_
         tracking.log_metrics(run.mlflow_uri, run.run_id, {k: v for k, v in manifest.items() if k != "unreadable_files"})
         for name in ("manifest.json", "stats.parquet", "samples.parquet"):
             tracking.log_artifact(run.mlflow_uri, run.run_id, run.dir("clean") / name, "clean")
-        table_artifact(run, "clean", rule_table(run.dir("clean") / "stats.parquet", manifest["unreadable_files"]),
+        table_artifact(run, "clean", rule_table(run.dir("clean") / "stats.parquet", manifest["unreadable_files"])
+                       + decontamination_rows(manifest["decontamination"]),
                        f"Cleaning: {manifest['docs_in']} in = {manifest['kept']} kept + {manifest['rejected']} rejected"
                        f" ({manifest['shards']} shards, {manifest['shards_skipped']} reused)")
     return manifest

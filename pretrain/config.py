@@ -188,8 +188,28 @@ class DirtyRule(Strict):
                                         "(0.1: chosen by 5-fold cross-validation on the tune half of the shared labeled sets)")
 
 
+class EvalSet(Strict):
+    """Evaluation data that training text must not contain."""
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="reported as reason eval_overlap_<name>")
+    path: str = Field(description="file, directory or glob (fsspec): JSONL / JSON array / Parquet / CSV / TSV "
+                      "records, or text files (an lm-eval task's data files, a held-out set)")
+    fields: list[str] | None = Field(None, description="record keys whose text counts (question, choices, ...); "
+                                     "None: every string value of a record, nested lists included")
+
+
+class DecontamRule(Strict):
+    """Documents that share a long n-gram with evaluation data (GPT-3 and OLMo used 13-gram windows)."""
+    mode: RuleMode = Field("drop", description=MODE_DOC)
+    eval_sets: list[EvalSet] = Field(default_factory=list, description="evaluation data by path; empty: the rule "
+                                     "checks nothing")
+    ngram: int = Field(13, ge=5, le=64, description="window length in tokens (a Latin word or one CJK character "
+                       "is a token; case, punctuation and width are ignored)")
+    min_matches: int = Field(1, ge=1, description="windows shared with one eval set that make a document contaminated")
+
+
 class RulesConfig(Strict):
     length: LengthRule = LengthRule()
+    decontam: DecontamRule = DecontamRule()
     garbage: GarbageRule = GarbageRule()
     gopher_quality: GopherQualityRule = GopherQualityRule()
     gopher_repetition: GopherRepetitionRule = GopherRepetitionRule()

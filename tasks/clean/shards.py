@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pretrain.config import CleanConfig, SourceConfig
-from tasks.clean.readers import expand_source, iter_files, source_fs
+from tasks.clean.readers import SourceError, expand_source, iter_files, source_fs
 from tasks.clean.stage_parts import REJECT_SCHEMA, Cleaner, Tally
 from tasks.clean.minhash import MinHasher
 from tasks.common.outputs import is_complete, read_json, staged_output, write_json
@@ -42,8 +42,27 @@ class ShardSpec:
 def settings_hash(cfg: CleanConfig) -> str:
     relevant = {"normalize": cfg.normalize.model_dump(), "rules": cfg.rules.model_dump(),
                 "dedup": cfg.dedup.model_dump(), "keep_channels": cfg.keep_channels,
-                "samples": cfg.reject_samples_per_reason}
+                "samples": cfg.reject_samples_per_reason, "rule_files": rule_file_stamps(cfg)}
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def rule_file_stamps(cfg: CleanConfig) -> list:
+    """Size and modification time of every file the rules read (lists, labeled examples, eval sets): a rerun
+    after one of them changed cleans again instead of reusing shards judged by the old contents."""
+    dirty = cfg.rules.dirty
+    paths = [*dirty.lexicons, *dirty.domain_blocklists, *dirty.patterns, *dirty.classifier_examples,
+             *(s.path for s in cfg.rules.decontam.eval_sets)]
+    stamps = []
+    for path in paths:
+        try:
+            fs, files = expand_source(SourceConfig(path=path))
+        except SourceError:
+            stamps.append([path, None, None])  # the rule that reads it names the missing file and its setting
+            continue
+        for f in files:
+            info = fs.info(f)
+            stamps.append([f, info.get("size"), str(info.get("mtime") or info.get("LastModified"))])
+    return stamps
 
 
 def plan_shards(cfg: CleanConfig) -> list[ShardSpec]:
@@ -80,8 +99,8 @@ def _spec(index: int, source_index: int, source: SourceConfig, group: list[tuple
 
 
 @lru_cache(maxsize=2)
-def _cleaner(cfg_json: str) -> tuple[Cleaner, MinHasher]:
-    # one set of compiled rules and lexicons per worker process, not per shard
+def _cleaner(cfg_json: str, rule_files: str) -> tuple[Cleaner, MinHasher]:
+    # one set of compiled rules and lexicons per worker process, not per shard; rebuilt when a file they read changed
     cfg = CleanConfig.model_validate_json(cfg_json)
     return Cleaner(cfg), MinHasher(cfg.dedup)
 
@@ -116,7 +135,7 @@ def clean_shard(cfg: CleanConfig, spec: ShardSpec, work_dir: Path) -> dict:
     out = Path(work_dir) / spec.shard_id
     if shard_done(work_dir, spec):
         return {**read_json(out / "meta.json"), "skipped": True}
-    cleaner, hasher = _cleaner(cfg.model_dump_json())
+    cleaner, hasher = _cleaner(cfg.model_dump_json(), json.dumps(rule_file_stamps(cfg)))
     source: SourceConfig = cfg.sources[spec.source_index]
     tally = Tally(cfg.reject_samples_per_reason)
     kept_rows, reject_rows, unreadable = [], [], []

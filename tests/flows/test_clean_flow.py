@@ -1,9 +1,11 @@
 """The clean flow's per-shard tasks on both executors: Prefect's process pool and a Ray cluster on loopback."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from tests.conftest import tiny_dict
+from tests.conftest import ROOT, tiny_dict
 from tests.flows.conftest import run_flow
 
 pytestmark = pytest.mark.slow
@@ -13,20 +15,43 @@ def comparable(manifest: dict) -> dict:
     return {k: v for k, v in manifest.items() if k != "shards_skipped"}
 
 
+def with_eval_set(root, executor: dict) -> dict:
+    """The demo config plus an eval set that holds one demo paragraph, re-typeset (a planted leak)."""
+    data = tiny_dict(root)
+    paragraph = json.loads((ROOT / "demo/corpus/paragraphs.jsonl").read_text(encoding="utf-8").splitlines()[3])["text"]
+    (root / "eval.jsonl").write_text(json.dumps({"question": paragraph.replace("，", ", "), "answer": "B"},
+                                                ensure_ascii=False) + "\n", encoding="utf-8")
+    data["clean"]["executor"] = executor
+    data["clean"].setdefault("rules", {})["decontam"] = {"eval_sets": [{"name": "demo_eval",
+                                                                        "path": str(root / "eval.jsonl")}]}
+    return data
+
+
 @pytest.fixture(scope="module")
-def process_pool_manifest(tmp_path_factory):
+def process_pool_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("pool")
-    return run_flow("clean", tiny_dict(root, clean={"executor": {"kind": "process", "workers": 2}}), root)
+    return run_flow("clean", with_eval_set(root, {"kind": "process", "workers": 2}), root), root
 
 
-def test_process_pool_flow(process_pool_manifest):
-    m = process_pool_manifest
+def test_process_pool_flow(process_pool_run):
+    m, root = process_pool_run
     assert m["shards"] == 2 and m["docs_in"] == m["kept"] + m["rejected"]  # one per source: small files are grouped
     assert m["rejected_by_reason"]["exact_duplicate"] == 3
+    assert m["rejected_by_reason"]["eval_overlap_demo_eval"] == 1  # the window hashes agree across worker processes
+    assert m["decontamination"]["demo_eval"] == {"items": 1, "items_shorter_than_ngram": 0,
+                                                 "ngrams": m["decontamination"]["demo_eval"]["ngrams"],
+                                                 "rejected_docs": 1}
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
+    [run] = [r for r in client.search_runs([e.experiment_id for e in client.search_experiments()])
+             if r.info.run_name.endswith("/clean")]
+    assert run.data.metrics["decontamination.demo_eval.rejected_docs"] == 1
 
 
-def test_ray_cluster_flow_matches_process_pool(ray_cluster, tmp_path, process_pool_manifest):
-    m = run_flow("clean", tiny_dict(tmp_path, clean={"executor": {"kind": "ray", "ray_address": ray_cluster}}), tmp_path)
+def test_ray_cluster_flow_matches_process_pool(ray_cluster, tmp_path, process_pool_run):
+    process_pool_manifest = process_pool_run[0]
+    m = run_flow("clean", with_eval_set(tmp_path, {"kind": "ray", "ray_address": ray_cluster}), tmp_path)
     assert comparable(m) == comparable(process_pool_manifest)
     assert (tmp_path / "clean" / "_SUCCESS").is_file()
     assert not (tmp_path / "clean.shards").exists()

@@ -7,6 +7,7 @@ from pretrain.config import RulesConfig
 from tasks.clean.rules.base import Doc, Failure, Outcome, Rule
 from tasks.clean.rules.chinese import ChineseRule
 from tasks.clean.rules.code import CodeRule
+from tasks.clean.rules.decontam import DecontamRule
 from tasks.clean.rules.dirty import DirtyRule
 from tasks.clean.rules.english import C4Rule, FineWebRule, GopherQualityRule, GopherRepetitionRule
 from tasks.clean.rules.generic import GarbageRule, LengthRule
@@ -15,7 +16,8 @@ __all__ = ["Doc", "Failure", "Outcome", "Rule", "Judgement", "build_rules", "jud
 
 
 def build_rules(cfg: RulesConfig) -> list[Rule]:
-    return [LengthRule(cfg.length), GarbageRule(cfg.garbage), DirtyRule(cfg.dirty),
+    # decontam right after length, so that a contaminated document is counted against its eval set
+    return [LengthRule(cfg.length), DecontamRule(cfg.decontam), GarbageRule(cfg.garbage), DirtyRule(cfg.dirty),
             GopherRepetitionRule(cfg.gopher_repetition), GopherQualityRule(cfg.gopher_quality),
             C4Rule(cfg.c4), FineWebRule(cfg.fineweb), ChineseRule(cfg.chinese), CodeRule(cfg.code)]
 

@@ -1,0 +1,125 @@
+"""Evaluation data as a set of n-gram hashes, for finding it inside training documents.
+
+Tokens are what survives any re-typesetting of a benchmark item: Latin words lowercased
+(NFKC, so full-width letters and digits count as their ASCII forms), and each CJK character
+on its own, since Chinese has no spaces to cut words at. Punctuation and whitespace are
+not tokens. Each window of `n` tokens is hashed to 64 bits by a polynomial over the
+tokens' own hashes; an eval set is the sorted array of its windows' hashes, 8 bytes a
+window, looked up with one vectorised search per document.
+"""
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+import re
+import unicodedata
+import zlib
+from dataclasses import dataclass
+from typing import Iterator
+
+import fsspec
+import numpy as np
+import pyarrow.parquet as pq
+
+from pretrain.config import EvalSet, SourceConfig
+
+_CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_TOKEN = re.compile(rf"[{_CJK}]|[^\W_{_CJK}]+")
+_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)  # odd, so the polynomial mixes every position
+
+
+def tokens(text: str) -> list[str]:
+    return _TOKEN.findall(unicodedata.normalize("NFKC", text).lower())
+
+
+def window_hashes(toks: list[str], n: int) -> np.ndarray:
+    """One uint64 per window of n consecutive tokens (empty when there are fewer than n)."""
+    if len(toks) < n:
+        return np.empty(0, dtype=np.uint64)
+    # zlib.crc32 rather than hash(): the same value in every worker process, whatever PYTHONHASHSEED says
+    token_hash = np.fromiter((zlib.crc32(t.encode()) for t in toks), dtype=np.uint64, count=len(toks))
+    windows = np.lib.stride_tricks.sliding_window_view(token_hash, n)
+    powers = _MULTIPLIER ** np.arange(n, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        return (windows * powers).sum(axis=1, dtype=np.uint64)
+
+
+@dataclass
+class EvalNgrams:
+    name: str
+    hashes: np.ndarray     # sorted, unique
+    items: int             # records (or lines of text files) read
+    short_items: int       # items with fewer tokens than one window: they cannot be found by this rule
+
+    def matches(self, doc_hashes: np.ndarray) -> int:
+        """How many of a document's windows occur in this eval set."""
+        if not len(self.hashes) or not len(doc_hashes):
+            return 0
+        at = np.searchsorted(self.hashes, doc_hashes)
+        return int((self.hashes[np.minimum(at, len(self.hashes) - 1)] == doc_hashes).sum())
+
+    def summary(self) -> dict:
+        return {"items": self.items, "items_shorter_than_ngram": self.short_items, "ngrams": int(len(self.hashes))}
+
+
+def load_eval_ngrams(eval_set: EvalSet, n: int) -> EvalNgrams:
+    parts, items, short = [], 0, 0
+    for text in eval_texts(eval_set):
+        items += 1
+        hashes = window_hashes(tokens(text), n)
+        short += not len(hashes)
+        parts.append(hashes)
+    if not items:
+        raise ValueError(f"eval set '{eval_set.name}': no records read from {eval_set.path}; "
+                         f"fix clean.rules.decontam.eval_sets[].path")
+    return EvalNgrams(eval_set.name, np.unique(np.concatenate(parts)), items, short)
+
+
+def eval_texts(eval_set: EvalSet) -> Iterator[str]:
+    """Each item's text: a record's chosen string values joined, or a text file's lines."""
+    from tasks.clean.readers import detect_format, expand_source
+
+    fs, files = expand_source(SourceConfig(path=eval_set.path, name=eval_set.name))
+    for path in files:
+        with fs.open(path, "rb") as f:
+            head = f.read(1 << 16)
+            f.seek(0)
+            fmt = detect_format(path, "auto", head)
+            for record in _records(f, fmt, path):
+                text = record if isinstance(record, str) else " ".join(_strings(record, eval_set.fields))
+                if text.strip():
+                    yield text
+
+
+def _records(f, fmt: str, path: str) -> Iterator[object]:
+    if fmt in ("jsonl.gz", "text.gz"):
+        f, fmt = gzip.open(f), fmt.removesuffix(".gz")
+    if fmt == "parquet":
+        yield from pq.read_table(f).to_pylist()
+    elif fmt in ("csv", "tsv"):
+        yield from csv.DictReader(io.TextIOWrapper(f, encoding="utf-8", errors="replace", newline=""),
+                                  delimiter="," if fmt == "csv" else "\t")
+    elif fmt == "jsonl":
+        raw = f.read().decode("utf-8", errors="replace")
+        if raw.lstrip("\ufeff \t\r\n").startswith("["):
+            yield from json.loads(raw)
+        else:
+            yield from (json.loads(line) for line in raw.splitlines() if line.strip())
+    elif fmt == "text":
+        yield from (line for line in io.TextIOWrapper(f, encoding="utf-8", errors="replace"))
+    else:
+        raise ValueError(f"{path}: eval data as {fmt} is not supported; give JSONL, JSON, Parquet, CSV, TSV or text")
+
+
+def _strings(value: object, fields: list[str] | None) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, inner in value.items():
+            if fields is None or key in fields:
+                yield from _strings(inner, None)
+    elif isinstance(value, (list, tuple)):
+        for inner in value:
+            yield from _strings(inner, fields)

@@ -1,0 +1,26 @@
+"""Decontamination: a document that shares n-gram windows with evaluation data is not training text."""
+from __future__ import annotations
+
+from tasks.clean.eval_sets import load_eval_ngrams, tokens, window_hashes
+from tasks.clean.rules.base import Doc, Outcome, Rule
+
+
+class DecontamRule(Rule):
+    name = "decontam"
+    channels = ("zh", "en", "code", "other")
+
+    def __init__(self, settings):
+        super().__init__(settings)
+        self.sets = [load_eval_ngrams(s, settings.ngram) for s in settings.eval_sets] if self.mode != "off" else []
+
+    def applies(self, doc: Doc) -> bool:
+        return bool(self.sets) and super().applies(doc)
+
+    def evaluate(self, doc: Doc) -> Outcome:
+        out = Outcome(self.name)
+        windows = window_hashes(tokens(doc.text), self.settings.ngram)
+        for eval_set in self.sets:
+            found = eval_set.matches(windows)
+            out.check(f"{eval_set.name}.matches", found, found < self.settings.min_matches,
+                      f"eval_overlap_{eval_set.name}")
+        return out

@@ -179,13 +179,21 @@ class DirtyRule(Strict):
     patterns: list[str] = Field(default_factory=list, description="extra regex lists ('regex<TAB>weight' per line), added to the built-in ones")
     min_score: float = Field(1.5, ge=0, description="reject when the weighted hit count reaches this ...")
     min_score_per_kchar: float = Field(8.0, ge=0, description="... and the weighted hits per 1000 characters reach this "
-                                       "(long articles that mention an offer or two are kept)")
+                                       "(long articles that mention an offer or two are kept) ...")
+    min_distinct_hits: int = Field(2, ge=1, description="... and at least this many different terms, patterns or "
+                                   "domains hit (one term, however often repeated, never rejects)")
+    word_aware: bool = Field(True, description="Chinese terms match only where they do not straddle a word of the "
+                             "text's segmentation (rjieba): 色情 is not found in 白色情人节")
     classifier_examples: list[str] = Field(default_factory=list, description="labeled spam/ham files ('label<TAB>text', "
                                            "label 1/0 or spam/ham): a character n-gram classifier per channel is "
                                            "learned from them and rejects what it scores above classifier_threshold; "
-                                           "empty: lexicons only")
-    classifier_threshold: float = Field(0.1, description="mean log-odds of spam above which a document is rejected "
-                                        "(0.1: chosen by 5-fold cross-validation on the tune half of the shared labeled sets)")
+                                           "add ham (label 0) from your corpus's own genres, news, reviews, web pages: "
+                                           "a model that saw only messages flags prose; empty: lexicons only")
+    classifier_threshold: float | None = Field(None, ge=0, le=1, description="probability of spam above which a "
+                                               "document is rejected; None: per channel, from 5-fold cross-validation "
+                                               "over the examples (reported in the clean manifest)")
+    classifier_max_ham_rate: float = Field(0.005, gt=0, lt=1, description="the cross-validation picks the lowest "
+                                           "threshold whose out-of-fold ham removal stays within this share")
 
 
 class EvalSet(Strict):

@@ -111,6 +111,8 @@ def build_manifest(cfg: CleanConfig, metas: list[dict], tally: Tally) -> dict:
         "shards_skipped": sum(bool(m.get("skipped")) for m in metas),
         "unreadable_files": [u for m in metas for u in m.get("unreadable") or []],
         "decontamination": decontamination_report(cfg, tally),
+        # every shard learned the same model from the same examples; a reused shard carries its own run's report
+        "classifier": next((m["classifier"] for m in metas if m.get("classifier")), {}),
     }
 
 

@@ -1,6 +1,8 @@
 """Pieces shared by the shard workers and the final step: output schemas, the per-document judge, the tally."""
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from collections import Counter, defaultdict
 
 import pyarrow as pa
@@ -35,6 +37,12 @@ class Cleaner:
     def __init__(self, cfg: CleanConfig):
         self.cfg = cfg
         self.rules = build_rules(cfg.rules)
+
+    def classifier_report(self) -> dict:
+        """Per channel, what the dirty rule's classifier learned from and the threshold its cross-validation chose."""
+        dirty = next(r for r in self.rules if r.name == "dirty")
+        return {channel: {**asdict(model.cv), "judges_up_to_chars": model.judges_up_to_chars}
+                for channel, model in sorted(dirty.classifiers.items())}
 
     def prepare(self, raw: RawDoc) -> tuple[str, str, list[str], DocFeatures]:
         """Normalize, tag the channel, apply the text-editing steps (t2s, C4 line filters); features of the result."""

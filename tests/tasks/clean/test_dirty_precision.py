@@ -1,0 +1,106 @@
+"""Precision of the dirty rule on real clean text: words inside longer words, single mentions, courtesy phrases,
+and a classifier whose threshold comes from its own cross-validation."""
+import csv
+import json
+
+import pytest
+
+from pretrain.config import CleanConfig, DirtyRule as DirtySettings
+from tasks.clean.channel import detect_channel
+from tasks.clean.features import DocFeatures
+from tasks.clean.normalize import normalize_text
+from tasks.clean.rules.base import Doc
+from tasks.clean.rules.dirty import DirtyRule, Lexicon
+from tasks.clean.spam_model import channel_models, choose_threshold
+from tasks.clean.stage import run_clean
+from tests.conftest import CORPORA, need_shared
+
+
+def judge(rule: DirtyRule, text: str):
+    text, _ = normalize_text(text)
+    feats = DocFeatures(text)
+    return rule.evaluate(Doc(text, detect_channel(feats), feats))
+
+
+def test_a_term_inside_a_longer_word_is_not_found():
+    """色情 inside 白色情人節 (White Day), 赌场 inside 赌场景: straddling a word of the segmentation is no match."""
+    porn_words = need_shared(CORPORA / "lexicons" / "ldnoobw" / "zh")
+    lex = Lexicon.from_paths([str(porn_words)], word_aware=True)
+    plain = Lexicon.from_paths([str(porn_words)], word_aware=False)
+    white_day = "白色情人節那天，他送了她一盒巧克力。"
+    assert ("色情", 1.0) in plain.hits(white_day)  # what substring matching did
+    assert "色情" not in [t for t, _ in lex.hits(white_day)]
+    assert "色情" in [t for t, _ in lex.hits("举报色情网站和色情广告")]  # a word of its own, or a word that holds it
+    assert Lexicon({"贷款": 1.0}, word_aware=True).hits("申请小额贷款") == [("贷款", 1.0)]
+
+
+def test_one_term_never_rejects_however_often_it_is_repeated():
+    rule = DirtyRule(DirtySettings())
+    film = "电影《赌城风云》讲述了赌场经理的故事。赌场里的灯光和赌场外的雨夜形成对比。"
+    assert judge(rule, film).failure is None  # 赌场 x3, one term
+    microcredit = ("本文研究农村小额贷款对家庭收入的影响。我们用三省农户调查数据估计贷款的效果，发现贷款使收入提高了百分之八。"
+                   "贷款的作用在低收入家庭中更大。")
+    assert judge(rule, microcredit).failure is None
+    advert = "澳门赌场真人荷官在线发牌，百家乐全天开放，首存送彩金！"
+    assert judge(rule, advert).failure.reason == "dirty_content"
+
+
+def test_owner_replies_in_real_hotel_reviews_are_not_adverts():
+    """"期待您的光临" in a hotel's reply to a review is courtesy, not advertising (the rule before this change removed 30 of
+    41). Tune rows only (even rows): the odd ones are the benchmark's held-out half."""
+    with open(need_shared(CORPORA / "zh" / "ChnSentiCorp_htl_all.csv"), encoding="utf-8") as f:
+        replies = [r["review"] for r in list(csv.DictReader(f))[0::2] if "期待您的" in r["review"] and "光临" in r["review"]]
+    assert len(replies) == 41
+    rule = DirtyRule(DirtySettings())
+    removed = [t for t in replies if judge(rule, t).failure is not None]
+    assert removed == []
+
+
+def test_the_threshold_is_the_lowest_that_keeps_out_of_fold_ham_within_the_rate():
+    labels = [False] * 200 + [True] * 20
+    scores = [i / 1000 for i in range(200)] + [0.5] * 19 + [None]  # the best ham is 0.199; one spam unjudged
+    cv = choose_threshold(labels, scores, max_ham_rate=0.01, folds=5)
+    assert cv.threshold == 0.197  # two ham (1%) may be above it: 0.198 and 0.199
+    assert cv.ham_rate == 0.01 and cv.spam_recall == 19 / 20
+
+
+def sms_examples(tmp_path):
+    with open(need_shared(CORPORA / "dirty" / "zh_sms_labeled.tsv"), encoding="utf-8", errors="replace") as f:
+        zh = [(r[0] == "1", r[1]) for r in csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE) if len(r) == 2]
+    path = tmp_path / "examples.tsv"
+    path.write_text("".join(f"{int(s)}\t{' '.join(t.split())}\n" for s, t in zh[0::2]), encoding="utf-8")
+    return path, zh
+
+
+def test_cross_validation_runs_when_the_stage_starts_and_the_manifest_records_it(tmp_path):
+    examples, zh = sms_examples(tmp_path)
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for _, t in zh[1::2][:200]),
+                      encoding="utf-8")
+    cfg = CleanConfig.model_validate({"sources": [{"path": str(corpus)}],
+                                      "rules": {"dirty": {"classifier_examples": [str(examples)]}}})
+    m = run_clean(cfg, tmp_path / "clean")
+    zh_cv = m["classifier"]["zh"]
+    assert zh_cv["folds"] == 5 and 540 <= zh_cv["spam"] + zh_cv["ham"] <= 548
+    assert 0 < zh_cv["threshold"] < 1 and zh_cv["ham_rate"] <= 0.005 and zh_cv["spam_recall"] > 0.3
+    assert zh_cv["judges_up_to_chars"] > 100
+
+
+def test_the_classifier_does_not_judge_a_long_page_or_text_without_evidence(tmp_path):
+    examples, _ = sms_examples(tmp_path)
+    rule = DirtyRule(DirtySettings(classifier_examples=[str(examples)]))
+    model = rule.classifiers["zh"]
+    news = [line.split("\t", 1)[1] for line in
+            need_shared(CORPORA / "zh" / "cnews.val.txt").read_text(encoding="utf-8").splitlines()]
+    long_article = next(t for t in news if len(t) > model.judges_up_to_chars and rule.hits(t))
+    assert "dirty.classifier" not in judge(rule, long_article).scores
+    short_clean = next(t for t in news if len(t) < 400 and not rule.hits(t))
+    assert "dirty.classifier" not in judge(rule, short_clean).scores
+
+
+def test_channel_models_need_enough_of_both_labels():
+    rows = [(True, f"中奖啦快来领取第{i}号大奖") for i in range(19)] + [(False, f"明天{i}点开会别迟到") for i in range(40)]
+    assert channel_models(rows) == {}  # 19 spam cannot be cross-validated into a threshold
+    with pytest.raises(ValueError, match="both spam and ham"):
+        from tasks.clean.spam_model import SpamModel
+        SpamModel([(False, "只有正常短信")] * 30)

@@ -264,7 +264,10 @@ class PruneConfig(Strict):
                                       "lighter ones are everyday words that only signal adverts in density")
     min_repeat_run: int = Field(8, ge=2, description="a token of one character repeated at least this often is junk")
     protect_min_docs: int = Field(5, ge=1, description="never prune a token used by at least this many clean documents ...")
-    protect_doc_share: float = Field(0.01, ge=0, le=1, description="... or by this share of them, whichever is larger")
+    protect_doc_share: float = Field(0.01, ge=0, le=1, description="... or by this share of them, whichever is larger; "
+                                     "judged per channel, so a minority channel's words are protected too")
+    allow_lists: list[str] = Field(default_factory=list, description="everyday words that term lists happen to name "
+                                   "(one a line), never pruning terms; added to the built-in *.allow.txt")
 
 
 class TokenizerConfig(Strict):

@@ -118,10 +118,12 @@ def train_tokenizer(texts: list[str], cfg: TokenizerConfig) -> Tokenizer:
 PRUNE_USAGE_DOCS = 20_000  # documents encoded to find which candidates clean text relies on
 
 
-def prune(tok: Tokenizer, cfg: TokenizerConfig, train_texts: list[str], held: dict[str, list[str]]) -> dict:
-    held_texts = [t for texts in held.values() for t in texts]
-    result = prune_tokenizer(tok, train_texts[:PRUNE_USAGE_DOCS] + held_texts, cfg.prune,
-                             set(SPECIAL_TOKENS) | set(reserved_names(cfg.reserved_tokens)))
+def prune(tok: Tokenizer, cfg: TokenizerConfig, sample: Sample) -> dict:
+    held_texts = [t for texts in sample.held.values() for t in texts]
+    by_channel: dict[str, list[str]] = {c: list(texts) for c, texts in sample.held.items()}
+    for text, (_, channel) in zip(sample.train[:PRUNE_USAGE_DOCS], sample.ids):
+        by_channel.setdefault(channel, []).append(text)
+    result = prune_tokenizer(tok, by_channel, cfg.prune, set(SPECIAL_TOKENS) | set(reserved_names(cfg.reserved_tokens)))
     checks = verify(result.tokenizer, held_texts + [DIGIT_PROBE])
     if not checks["ids_contiguous"] or checks["roundtrip_failures_after_pruning"]:
         raise RuntimeError(f"pruning left an inconsistent tokenizer ({checks}); set tokenizer.prune.enabled: false "
@@ -166,7 +168,7 @@ def run_tokenizer(cfg: TokenizerConfig, clean_dir: Path, out_dir: Path, max_seq_
         raise ValueError(f"{clean_dir}/kept has no documents to train a tokenizer on (the clean stage kept "
                          f"nothing outside the held-out set); check clean.sources and clean/stats.parquet")
     tok = train_tokenizer(train_texts, cfg)
-    pruning = prune(tok, cfg, train_texts, held) if cfg.prune.enabled else {"enabled": False}
+    pruning = prune(tok, cfg, sample) if cfg.prune.enabled else {"enabled": False}
     tok = pruning.pop("tokenizer", tok)
     with staged_output(out_dir) as tmp:
         tok.save(str(tmp / "tokenizer.json"))

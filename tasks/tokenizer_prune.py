@@ -31,25 +31,39 @@ class PruneResult:
     removed: dict[str, list[str]] = field(default_factory=dict)   # reason -> token texts
     protected: list[dict] = field(default_factory=list)           # candidates kept because clean documents use them
 
+    remaining_matches: list[str] = field(default_factory=list)     # tokens left that still are a list term
+
     def summary(self, examples: int = 15) -> dict:
         return {"removed_total": sum(len(v) for v in self.removed.values()),
                 "removed_by_reason": {r: len(v) for r, v in self.removed.items()},
                 "removed_examples": {r: v[:examples] for r, v in self.removed.items()},
-                "protected": self.protected[:examples], "protected_total": len(self.protected)}
+                "protected": self.protected[:examples], "protected_total": len(self.protected),
+                "remaining_list_matches": len(self.remaining_matches),
+                "remaining_list_match_examples": self.remaining_matches[:examples]}
 
 
 def pruning_lexicon(cfg: PruneConfig) -> Lexicon:
-    """Built-in terms of at least min_builtin_weight (gambling, porn, scams), and every term of the user's lists.
+    """Built-in terms of at least min_builtin_weight (gambling, porn, scams), and every term of the user's lists,
+    less the everyday words of the allow-lists; Chinese terms match word-aware.
 
     The lower-weight built-in terms (discount, sign up, loan) are everyday words
-    that only signal an advert in density; they stay in the vocabulary.
+    that only signal an advert in density; they stay in the vocabulary. So do
+    everyday words that porn or ad lists happen to name (铃声 ringtone, 自拍 selfie,
+    按摩 massage): a vocabulary without them is biased, not clean.
     """
     terms: dict[str, float] = {}
     for path in builtin_paths(".terms.txt"):
         terms.update({t: w for t, w in parse_terms(read_list(path)).items() if w >= cfg.min_builtin_weight})
     for path in cfg.lexicons:
         terms.update(parse_terms(read_list(path)))
-    return Lexicon(terms)
+    allowed = {t.strip().lower() for path in builtin_paths(".allow.txt") + list(cfg.allow_lists) for t in read_list(path)}
+    return Lexicon({t: w for t, w in terms.items() if t not in allowed and not short_latin(t)}, word_aware=True)
+
+
+def short_latin(term: str) -> bool:
+    """Two-letter Latin abbreviations on Chinese lists (SM, LY) are the first pieces of everyday English words
+    (' sm' of ' small', ' ly' of ' lying'): as pruning terms they remove English, not dirt."""
+    return term.isascii() and len(term) < 3
 
 
 def candidate_reason(text: str, lexicon: Lexicon, cfg: PruneConfig) -> str | None:
@@ -71,6 +85,29 @@ def document_usage(tok: Tokenizer, texts: list[str]) -> Counter:
     for enc in tok.encode_batch(texts, add_special_tokens=False):
         usage.update(set(enc.ids))
     return usage
+
+
+@dataclass
+class ChannelUsage:
+    """How many clean documents of each channel use each token, and from what count a channel protects one.
+
+    Judged per channel: a share of all documents can never protect a token of a minority channel
+    (' small', built from ' sm', was removed while English was a tenth of the sample)."""
+    usage: dict[str, Counter]
+    protect_at: dict[str, int]
+
+    @classmethod
+    def of(cls, tok: Tokenizer, texts: dict[str, list[str]], cfg: PruneConfig) -> "ChannelUsage":
+        return cls({c: document_usage(tok, t) for c, t in texts.items()},
+                   {c: max(cfg.protect_min_docs, int(cfg.protect_doc_share * len(t))) for c, t in texts.items()})
+
+    def protector(self, token_ids: list[int]) -> tuple[str, int, int] | None:
+        """(channel, token id, documents) of the first channel that relies on one of the tokens enough to keep it."""
+        for channel, usage in sorted(self.usage.items()):
+            idx = max(token_ids, key=lambda i: usage[i])
+            if usage[idx] >= self.protect_at[channel]:
+                return channel, idx, usage[idx]
+        return None
 
 
 def merge_children(merges: list[tuple[str, str]]) -> dict[str, list[str]]:
@@ -115,12 +152,13 @@ def rebuild(data: dict, removed: set[str]) -> Tokenizer:
     return Tokenizer.from_str(json.dumps(data))
 
 
-def prune_tokenizer(tok: Tokenizer, clean_texts: list[str], cfg: PruneConfig, special: set[str]) -> PruneResult:
+def prune_tokenizer(tok: Tokenizer, clean_texts: dict[str, list[str]] | list[str], cfg: PruneConfig,
+                    special: set[str]) -> PruneResult:
+    """clean_texts: clean documents per channel (a plain list is one channel)."""
     lexicon = pruning_lexicon(cfg)
     alphabet = set(byte_decoder())
     vocab = tok.get_vocab(with_added_tokens=False)
-    usage = document_usage(tok, clean_texts)
-    protect_at = max(cfg.protect_min_docs, int(cfg.protect_doc_share * len(clean_texts)))
+    usage = ChannelUsage.of(tok, clean_texts if isinstance(clean_texts, dict) else {"all": clean_texts}, cfg)
     data = json.loads(tok.to_str())
     children = merge_children(merge_pairs(data))
     result, removed = PruneResult(tok), set()
@@ -132,17 +170,29 @@ def prune_tokenizer(tok: Tokenizer, clean_texts: list[str], cfg: PruneConfig, sp
         if reason is None:
             continue
         closure = removal_closure(token, children) - alphabet - special
-        busiest = max(closure, key=lambda t: usage[vocab.get(t, -1)])
-        if usage[vocab.get(busiest, -1)] >= protect_at:
-            result.protected.append({"token": text, "reason": reason, "documents": usage[vocab.get(busiest, -1)],
-                                     "because_of": token_text(busiest) or busiest})
+        kept_by = usage.protector([vocab[t] for t in closure if t in vocab])
+        if kept_by:
+            channel, busiest, docs = kept_by
+            result.protected.append({"token": text, "reason": reason, "documents": docs, "channel": channel,
+                                     "because_of": tok.id_to_token(busiest) and token_text(tok.id_to_token(busiest))})
             continue
         result.removed.setdefault(reason, []).append(text)
         for extra in sorted(closure - {token} - removed, key=lambda t: vocab.get(t, 0)):
             result.removed.setdefault("built_from_removed_token", []).append(token_text(extra) or extra)
         removed |= closure
     result.tokenizer = rebuild(data, removed) if removed else tok
+    result.remaining_matches = remaining_list_matches(result.tokenizer, lexicon, special)
     return result
+
+
+def remaining_list_matches(tok: Tokenizer, lexicon: Lexicon, special: set[str]) -> list[str]:
+    """Tokens left in the vocabulary that still hold a list term as a word (protected ones, or missed)."""
+    found = []
+    for token in sorted(tok.get_vocab(with_added_tokens=False), key=tok.token_to_id):
+        text = token_text(token) if token not in special else None
+        if text and text.strip() and any(not t.isascii() or text[:1].isspace() for t, _ in lexicon.hits(text.strip())):
+            found.append(text)
+    return found
 
 
 def verify(tok: Tokenizer, texts: list[str]) -> dict:

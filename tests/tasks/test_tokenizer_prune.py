@@ -77,3 +77,42 @@ def test_candidate_reasons(text, reason):
     from tasks.tokenizer_prune import candidate_reason, pruning_lexicon
 
     assert candidate_reason(text, pruning_lexicon(PruneConfig()), PruneConfig()) == reason
+
+
+ZH = ["今天天气很好，我们去公园散步，然后在湖边喝茶。", "城市的公共交通在过去十年里变化很大，地铁线路增加了。",
+      "做红烧肉的关键在于火候，小火慢炖一个小时。"]
+EN = ["A small boat and a smart smile in a small town.", "The small dog sat by the smoke of the small fire."]
+
+
+def test_protection_is_judged_per_channel(tmp_path):
+    """' small' is built from ' sma': with a list naming 'sma', eight English documents among 1,200 Chinese ones
+    cannot protect it by a share of all documents, and do by a share of the English ones."""
+    tok = train_tokenizer(ZH * 100 + EN * 40, TokenizerConfig(vocab_size=420, reserved_tokens=4, min_frequency=2))
+    assert " small" in {tok.decode([i]) for i in tok.get_vocab().values()}
+    words = tmp_path / "words.txt"
+    words.write_text("sma\n")
+    cfg = PruneConfig(lexicons=[str(words)])
+    pooled = prune_tokenizer(tok, ZH * 400 + EN * 4, cfg, specials())
+    assert " small" in pooled.removed["built_from_removed_token"]
+    per_channel = prune_tokenizer(tok, {"zh": ZH * 400, "en": EN * 4}, cfg, specials())
+    assert per_channel.removed == {}
+    assert per_channel.protected[0]["token"] == " sma" and per_channel.protected[0]["channel"] == "en"
+    assert per_channel.summary()["remaining_list_matches"] == 1  # the protected ' sma' is still a list term
+    words.write_text("sm\n")  # two-letter abbreviations (SM, LY on Chinese ad lists) are no pruning terms at all
+    assert prune_tokenizer(tok, ZH * 400 + EN * 4, cfg, specials()).removed == {}
+
+
+def test_everyday_words_on_dirty_lists_stay_and_nothing_dirty_remains(tmp_path):
+    """按摩 (massage) and 铃声 (ringtone) are on shared porn/ad lists and in the built-in allow-list; 色情 is not."""
+    texts = ["按摩椅和按摩器卖得很好。", "手机铃声太吵了，换个铃声吧。", "举报色情网站，色情内容必须删除。"] * 60
+    tok = train_tokenizer(texts + ZH * 30, TokenizerConfig(vocab_size=400, reserved_tokens=4, min_frequency=2))
+    vocab = {tok.decode([i]) for i in tok.get_vocab().values()}
+    assert {"按摩", "举报色情网站"} <= vocab and any("铃声" in t for t in vocab)
+    words = tmp_path / "zh.txt"
+    words.write_text("按摩\n铃声\n色情\n")
+    result = prune_tokenizer(tok, {"zh": ZH * 10}, PruneConfig(lexicons=[str(words)]), specials())
+    left = {result.tokenizer.decode([i]) for i in result.tokenizer.get_vocab().values()}
+    whole = {t for t in left if "\ufffd" not in t}  # tokens that end inside a character are not text to judge
+    assert "举报色情网站" in result.removed["dirty_lexicon"] and not any("色情" in t for t in whole)
+    assert "按摩" in left and any("铃声" in t for t in left)
+    assert result.summary()["remaining_list_matches"] == 0

@@ -289,7 +289,6 @@ def run_steps(engine, loop: Loop, model: torch.nn.Module, stop: StopFlag) -> int
                 print(f"anomaly {found.kind} at step {found.step} ({found.detail}); onset step {found.onset_step}, "
                       f"positions {found.onset_position}..{found.position_end}", flush=True)
             finish(loop)
-            loop.comm.barrier()  # leave together: a rank tearing down while another still talks aborts it
             return EXIT_ANOMALY
         if loop.eval_due(step + 1):
             slow_phase(loop, "eval")
@@ -404,7 +403,10 @@ def train(spec: Spec) -> int:
 
 
 def finish(loop: Loop) -> None:
-    """Uploads in flight get to finish; pending metrics go out."""
+    """The ranks end their collective work together: a rank that tears its process group down while another is
+    still inside one aborts ("terminate called without an active exception", seen on rank 1 at the end of a
+    resumed run). Then uploads in flight get to finish (on rank 0 alone, however long) and metrics go out."""
+    loop.comm.barrier()
     if loop.mirror:
         loop.mirror.wait()
     loop.guard.run("flush", loop.tracker.flush)

@@ -37,6 +37,7 @@ class ShardSpec:
     source_index: int
     paths: tuple[str, ...]  # consecutive files of one source, up to clean.shard_max_mb together
     fingerprint: str
+    settings: str           # settings_hash of the plan: the same for every shard of a run
 
 
 def settings_hash(cfg: CleanConfig) -> str:
@@ -95,12 +96,13 @@ def plan_shards(cfg: CleanConfig) -> list[ShardSpec]:
 def _spec(index: int, source_index: int, source: SourceConfig, group: list[tuple[str, int, str]], settings: str) -> ShardSpec:
     stamp = json.dumps([source.model_dump(), group, settings])
     return ShardSpec(index, f"{index:06d}", source_index, tuple(p for p, _, _ in group),
-                     hashlib.sha256(stamp.encode()).hexdigest()[:16])
+                     hashlib.sha256(stamp.encode()).hexdigest()[:16], settings)
 
 
 @lru_cache(maxsize=2)
-def _cleaner(cfg_json: str, rule_files: str) -> tuple[Cleaner, MinHasher]:
-    # one set of compiled rules and lexicons per worker process, not per shard; rebuilt when a file they read changed
+def _cleaner(cfg_json: str, settings: str) -> tuple[Cleaner, MinHasher]:
+    # one set of compiled rules and lexicons per worker process, not per shard; `settings` (the plan's settings_hash,
+    # which stamps the files the rules read) rebuilds them when such a file changed between runs of one process
     cfg = CleanConfig.model_validate_json(cfg_json)
     return Cleaner(cfg), MinHasher(cfg.dedup)
 
@@ -135,7 +137,7 @@ def clean_shard(cfg: CleanConfig, spec: ShardSpec, work_dir: Path) -> dict:
     out = Path(work_dir) / spec.shard_id
     if shard_done(work_dir, spec):
         return {**read_json(out / "meta.json"), "skipped": True}
-    cleaner, hasher = _cleaner(cfg.model_dump_json(), json.dumps(rule_file_stamps(cfg)))
+    cleaner, hasher = _cleaner(cfg.model_dump_json(), spec.settings)
     source: SourceConfig = cfg.sources[spec.source_index]
     tally = Tally(cfg.reject_samples_per_reason)
     kept_rows, reject_rows, unreadable = [], [], []

@@ -151,6 +151,7 @@ def clean_shard(cfg: CleanConfig, spec: ShardSpec, work_dir: Path) -> dict:
         write_json(tmp / "tally.json", tally.to_json())
         meta = {"shard_id": spec.shard_id, "paths": list(spec.paths), "fingerprint": spec.fingerprint, "docs": docs,
                 "kept": len(kept_rows), "rejected": len(reject_rows), "repairs": repairs,
-                "unreadable": [asdict(u) for u in unreadable], "classifier": cleaner.classifier_report()}
+                "unreadable": [asdict(u) for u in unreadable], "classifier": cleaner.classifier_report(),
+                "eval_sets": cleaner.eval_set_report()}
         write_json(tmp / "meta.json", meta)
     return {**meta, "skipped": False}

@@ -19,7 +19,6 @@ import pyarrow.parquet as pq
 
 from pretrain.config import CleanConfig
 from tasks.clean.dedup import find_duplicates
-from tasks.clean.eval_sets import load_eval_ngrams
 from tasks.clean.shards import ShardSpec, clean_shard, plan_shards
 from tasks.clean.stage_parts import KEPT_SCHEMA, REJECT_SCHEMA, STATS_SCHEMA, Tally
 from tasks.common.outputs import read_json, staged_output, write_json
@@ -110,25 +109,22 @@ def build_manifest(cfg: CleanConfig, metas: list[dict], tally: Tally) -> dict:
         "shards": len(metas),
         "shards_skipped": sum(bool(m.get("skipped")) for m in metas),
         "unreadable_files": [u for m in metas for u in m.get("unreadable") or []],
-        "decontamination": decontamination_report(cfg, tally),
-        # every shard learned the same model from the same examples; a reused shard carries its own run's report
+        # every shard read the same eval sets and learned the same model; a reused shard carries its own run's report
+        "decontamination": decontamination_report(cfg, tally, next((m["eval_sets"] for m in metas
+                                                                     if m.get("eval_sets")), {})),
         "classifier": next((m["classifier"] for m in metas if m.get("classifier")), {}),
     }
 
 
-def decontamination_report(cfg: CleanConfig, tally: Tally) -> dict:
-    """Per eval set: what was checked (items, and those too short for one window) and the documents it removed."""
+def decontamination_report(cfg: CleanConfig, tally: Tally, checked: dict) -> dict:
+    """Per eval set: what was checked (items, and those too short for one window: `checked`, as the shards' workers
+    read them) and the documents it removed."""
     rules = cfg.rules.decontam
     if rules.mode == "off":
         return {}
     removed = tally.by("rejected" if rules.mode == "drop" else "tagged", 2)
-    report = {}
-    for eval_set in rules.eval_sets:
-        reason = f"eval_overlap_{eval_set.name}"
-        found = removed.get(reason, 0)
-        report[eval_set.name] = {**load_eval_ngrams(eval_set, rules.ngram).summary(),
-                                 "rejected_docs" if rules.mode == "drop" else "tagged_docs": found}
-    return report
+    count = "rejected_docs" if rules.mode == "drop" else "tagged_docs"
+    return {s.name: {**checked[s.name], count: removed.get(f"eval_overlap_{s.name}", 0)} for s in rules.eval_sets}
 
 
 def prepare(cfg: CleanConfig, out_dir: Path) -> tuple[list[ShardSpec], Path]:

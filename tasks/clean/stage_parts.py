@@ -44,6 +44,11 @@ class Cleaner:
         return {channel: {**asdict(model.cv), "judges_up_to_chars": model.judges_up_to_chars}
                 for channel, model in sorted(dirty.classifiers.items())}
 
+    def eval_set_report(self) -> dict:
+        """Per eval set of the decontamination rule: the items it read and the windows it holds."""
+        decontam = next(r for r in self.rules if r.name == "decontam")
+        return {eval_set.name: eval_set.summary() for eval_set in decontam.sets}
+
     def prepare(self, raw: RawDoc) -> tuple[str, str, list[str], DocFeatures]:
         """Normalize, tag the channel, apply the text-editing steps (t2s, C4 line filters); features of the result."""
         text, repairs = normalize_text(raw.text, self.cfg.normalize, keep_indentation=raw.channel_hint == "code")

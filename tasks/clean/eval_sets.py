@@ -19,11 +19,11 @@ import zlib
 from dataclasses import dataclass
 from typing import Iterator
 
-import fsspec
 import numpy as np
 import pyarrow.parquet as pq
 
 from pretrain.config import EvalSet, SourceConfig
+from tasks.clean.readers import expand_source, file_format, starts_json_array
 
 _CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _TOKEN = re.compile(rf"[{_CJK}]|[^\W_{_CJK}]+")
@@ -79,15 +79,10 @@ def load_eval_ngrams(eval_set: EvalSet, n: int) -> EvalNgrams:
 
 def eval_texts(eval_set: EvalSet) -> Iterator[str]:
     """Each item's text: a record's chosen string values joined, or a text file's lines."""
-    from tasks.clean.readers import detect_format, expand_source
-
     fs, files = expand_source(SourceConfig(path=eval_set.path, name=eval_set.name))
     for path in files:
         with fs.open(path, "rb") as f:
-            head = f.read(1 << 16)
-            f.seek(0)
-            fmt = detect_format(path, "auto", head)
-            for record in _records(f, fmt, path):
+            for record in _records(f, file_format(f, path, "auto"), path):
                 text = record if isinstance(record, str) else " ".join(_strings(record, eval_set.fields))
                 if text.strip():
                     yield text
@@ -102,11 +97,11 @@ def _records(f, fmt: str, path: str) -> Iterator[object]:
         yield from csv.DictReader(io.TextIOWrapper(f, encoding="utf-8", errors="replace", newline=""),
                                   delimiter="," if fmt == "csv" else "\t")
     elif fmt == "jsonl":
-        raw = f.read().decode("utf-8", errors="replace")
-        if raw.lstrip("\ufeff \t\r\n").startswith("["):
-            yield from json.loads(raw)
+        raw = f.read()
+        if starts_json_array(raw):
+            yield from json.loads(raw.decode("utf-8", errors="replace"))
         else:
-            yield from (json.loads(line) for line in raw.splitlines() if line.strip())
+            yield from (json.loads(line) for line in raw.decode("utf-8", errors="replace").splitlines() if line.strip())
     elif fmt == "text":
         yield from (line for line in io.TextIOWrapper(f, encoding="utf-8", errors="replace"))
     else:

@@ -70,15 +70,21 @@ SUFFIXES = ((".warc.gz", "warc"), (".warc", "warc"), (".wet.gz", "warc"), (".wet
 SNIFF_BYTES = 64 << 10
 
 
-def detect_format(path: str, declared: str, head: bytes = b"") -> str:
+def file_format(f, path: str, declared: str) -> str:
     """The declared format, else the suffix's, else what the first bytes hold (a JSONL file named part-00000 is
-    not one huge text document). JSON files may hold one array of records instead of lines: see _read_json."""
+    not one huge text document; only then is the head read). JSON files may hold one array of records: _read_json."""
     if declared != "auto":
         return declared
     for suffix, fmt in SUFFIXES:
         if path.endswith(suffix):
             return fmt
+    head = f.read(SNIFF_BYTES)
+    f.seek(0)
     return sniff_format(head)
+
+
+def starts_json_array(data: bytes) -> bool:
+    return data.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"[")
 
 
 def sniff_format(head: bytes) -> str:
@@ -95,7 +101,7 @@ def sniff_format(head: bytes) -> str:
     if head.startswith(b"WARC/"):
         return "warc"
     start = head.lstrip(b"\xef\xbb\xbf \t\r\n")
-    if start.startswith(b"[") and start[1:].lstrip()[:1] in (b"{", b"]"):
+    if starts_json_array(start) and start[1:].lstrip()[:1] in (b"{", b"]"):
         return "jsonl"  # an array of records, read by _read_json
     if start.startswith(b"{") and _is_json_object(start.split(b"\n", 1)[0]):
         return "jsonl"
@@ -136,7 +142,7 @@ def _read_json(stream: io.BufferedIOBase, source: SourceConfig, path: str) -> It
     for first in lines:
         if first.strip():
             break
-    if not first.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"["):
+    if not starts_json_array(first):
         yield from _read_jsonl(itertools.chain([first], lines), source, path)
         return
     raw = first + b"".join(lines)  # an array is parsed whole: it has no line boundaries to stream by
@@ -238,11 +244,7 @@ def _read_text(f, source: SourceConfig, path: str) -> Iterator[RawDoc]:
 
 def read_file(fs: fsspec.AbstractFileSystem, path: str, source: SourceConfig) -> Iterator[RawDoc]:
     with fs.open(path, "rb") as f:
-        head = b""
-        if source.format == "auto" and not path.endswith(tuple(suffix for suffix, _ in SUFFIXES)):
-            head = f.read(SNIFF_BYTES)
-            f.seek(0)
-        fmt = detect_format(path, source.format, head)
+        fmt = file_format(f, path, source.format)
         if fmt == "jsonl.gz":
             with gzip.open(f) as gz:
                 yield from _read_json(gz, source, path)

@@ -30,7 +30,6 @@ class PruneResult:
     tokenizer: Tokenizer
     removed: dict[str, list[str]] = field(default_factory=dict)   # reason -> token texts
     protected: list[dict] = field(default_factory=list)           # candidates kept because clean documents use them
-
     remaining_matches: list[str] = field(default_factory=list)     # tokens left that still are a list term
 
     def summary(self, examples: int = 15) -> dict:

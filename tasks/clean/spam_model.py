@@ -99,14 +99,13 @@ class SpamModel:
 
         labels = [s for s, _ in examples]
         folds = max(2, min(folds, sum(labels), len(labels) - sum(labels)))
-        cap = spam_length_cap(examples)
+        model = cls(examples, max_chars)
         scores: list[float | None] = [None] * len(examples)
         for train, held in StratifiedKFold(folds, shuffle=True, random_state=0).split(examples, labels):
-            model = cls([examples[i] for i in train], max_chars)
-            asked = [i for i in held if len(examples[i][1]) <= cap and judged(examples[i][1])]
-            for i, score in zip(asked, model.scores([examples[i][1] for i in asked])):
+            fold_model = cls([examples[i] for i in train], max_chars)
+            asked = [i for i in held if len(examples[i][1]) <= model.judges_up_to_chars and judged(examples[i][1])]
+            for i, score in zip(asked, fold_model.scores([examples[i][1] for i in asked])):
                 scores[i] = score
-        model = cls(examples, max_chars)
         model.cv = choose_threshold(labels, scores, max_ham_rate, folds)
         return model
 

@@ -95,13 +95,12 @@ def split(rows: list, text_of=lambda r: r[1], dedup: bool = True) -> tuple[list,
     seen = {key(text_of(r)) for r in tune}
     bands: dict[tuple[int, int], list] = {}
 
-    def remember(text: str) -> None:
-        sig = hasher.signature(text, channel_of(text))
-        for b, h in enumerate(hasher.band_hashes(text, channel_of(text))):
+    def remember(sig) -> None:
+        for b, h in enumerate(hasher.bands_of(sig)):
             bands.setdefault((b, h), []).append(sig)
 
     for r in tune:
-        remember(text_of(r))
+        remember(hasher.signature(text_of(r), channel_of(text_of(r))))
     kept, exact, near = [], 0, 0
     for r in held:
         text = text_of(r)
@@ -109,12 +108,12 @@ def split(rows: list, text_of=lambda r: r[1], dedup: bool = True) -> tuple[list,
             exact += 1
             continue
         sig = hasher.signature(text, channel_of(text))
-        candidates = [s for b, h in enumerate(hasher.band_hashes(text, channel_of(text))) for s in bands.get((b, h), [])]
+        candidates = [s for b, h in enumerate(hasher.bands_of(sig)) for s in bands.get((b, h), [])]
         if any(jaccard_estimate(sig, s) >= NEAR_JACCARD for s in candidates):
             near += 1
             continue
         seen.add(key(text))
-        remember(text)
+        remember(sig)
         kept.append(r)
     return tune, HeldOut(kept, exact, near)
 

@@ -50,7 +50,11 @@ class MinHasher:
         return sig
 
     def band_hashes(self, text: str, channel: str) -> list[int]:
-        sig = self.signature(text, channel).astype(np.uint32)
+        return self.bands_of(self.signature(text, channel))
+
+    def bands_of(self, signature: np.ndarray) -> list[int]:
+        """The LSH band hashes of a signature."""
+        sig = signature.astype(np.uint32)
         return [xxhash.xxh64_intdigest(sig[i * self.rows:(i + 1) * self.rows].tobytes()) >> 1  # fits BIGINT
                 for i in range(self.bands)]
 

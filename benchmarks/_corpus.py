@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sysconfig
 from pathlib import Path
 
 from pretrain.config import CleanConfig, TokenizerConfig
 from tasks.clean.stage import run_clean
-from tasks.tokenizer import run_tokenizer
+from tasks.tokenizer.train import run_tokenizer
 
 
 def sources(corpora: Path, code_glob: str = "/**/*.py") -> list[dict]:
@@ -31,8 +32,30 @@ def train_small_tokenizer(clean_dir: Path, out: Path, vocab: int = 32000) -> dic
     return run_tokenizer(cfg, clean_dir, out)
 
 
+def default_shared() -> Path | None:
+    """The folder holding corpora/ and fixtures/: $PRETRAIN_SHARED, else a `shared` folder beside the checkout
+    or beside the working directory."""
+    candidates = [os.environ.get("PRETRAIN_SHARED"), Path(__file__).resolve().parents[2] / "shared",
+                  Path.cwd().parent / "shared", Path.cwd() / "shared"]
+    return next((Path(c) for c in candidates if c and (Path(c) / "corpora").is_dir()), None)
+
+
+class BenchmarkParser(argparse.ArgumentParser):
+    """Refuses to start without the shared corpora, saying where it looked and how to point at them."""
+
+    def parse_args(self, *args, **kwargs):
+        parsed = super().parse_args(*args, **kwargs)
+        if parsed.shared is None or not (parsed.shared / "corpora").is_dir():
+            where = f"{parsed.shared} has no corpora/ folder" if parsed.shared else (
+                "no shared data folder found beside the checkout or the working directory")
+            self.error(f"{where}; pass --shared DIR (the folder holding corpora/ and fixtures/, e.g. ../shared) "
+                       f"or set PRETRAIN_SHARED=DIR")
+        return parsed
+
+
 def benchmark_parser(doc: str) -> argparse.ArgumentParser:
     """The script's docstring as --help, and --shared (the folder holding corpora/ and fixtures/)."""
-    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--shared", type=Path, default=Path(__file__).resolve().parents[2] / "shared")
+    parser = BenchmarkParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shared", type=Path, default=default_shared(),
+                        help="the folder holding corpora/ and fixtures/ (default: $PRETRAIN_SHARED or ../shared)")
     return parser

@@ -71,7 +71,7 @@ def prepare(run_root: Path) -> Path:
     from pretrain.config import parse_config
     from tasks.clean.stage import run_clean
     from tasks.tokenize import run_tokenize
-    from tasks.tokenizer import run_tokenizer
+    from tasks.tokenizer.train import run_tokenizer
 
     data = yaml.safe_load((ROOT / "configs" / "tiny.yaml").read_text())
     data["run_root"] = str(run_root)
@@ -86,7 +86,7 @@ def prepare(run_root: Path) -> Path:
 
 def sized_tokenizer(ctx: Context, config: str) -> tuple[Path, int]:
     """The prepared tokenizer with the embedding rows the config's tokenizer settings give (a dry run keeps its own)."""
-    from tasks.tokenizer import embedding_rows
+    from tasks.tokenizer.train import embedding_rows
 
     if ctx.dry_run:
         return ctx.run_root / "tokenizer", json.loads((ctx.run_root / "tokenizer" / "report.json").read_text())["embedding_rows"]
@@ -114,7 +114,7 @@ def model_and_train(ctx: Context, preset: str, **train) -> tuple[ModelConfig, Tr
 
 def throughput(ctx: Context, name: str, config: str, model: ModelConfig, train: TrainConfig) -> dict:
     """One training run through the train stage; medians over the steps after the warm-up."""
-    from tasks.train import run_train
+    from tasks.train.run import run_train
 
     tokenizer, rows = sized_tokenizer(ctx, config)
     out = ctx.work / name
@@ -158,8 +158,8 @@ def check_125m_zero2(ctx: Context) -> dict:
 def check_rollback(ctx: Context) -> dict:
     """Monitored training with a NaN loss at a known data position: rollback, skip-ahead, finish."""
     from model.checkpoint import read_meta
-    from tasks.monitored import run_monitored
-    from tasks.recovery import decisions
+    from tasks.train.monitored import run_monitored
+    from tasks.train.recovery import decisions
 
     model = ModelConfig(preset="debug")
     train = TrainConfig(seq_len=128, micro_batch_size=4, steps=12, save_every=3, lr=1e-3, min_lr=1e-4, warmup_steps=2,
@@ -192,7 +192,7 @@ def check_export(ctx: Context, train_dir: Path) -> dict:
 
     from model.export_hf import load_checkpoint_state
     from model.llama import ModelArgs, Transformer
-    from tasks.export import export_run_checkpoint
+    from tasks.train.export import export_run_checkpoint
 
     device = "cpu" if ctx.dry_run else "cuda"
     exported = export_run_checkpoint(train_dir, ctx.run_root / "tokenizer", ctx.work / "hf", dtype="fp32")

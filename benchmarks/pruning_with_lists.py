@@ -21,9 +21,9 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks._corpus import benchmark_parser, clean_corpus  # noqa: E402
 from pretrain.config import PruneConfig, TokenizerConfig  # noqa: E402
-from tasks.tokenizer import (PRUNE_USAGE_DOCS, SPECIAL_TOKENS, reserved_names, sample_corpus,  # noqa: E402
+from tasks.tokenizer.train import (PRUNE_USAGE_DOCS, SPECIAL_TOKENS, reserved_names, sample_corpus,  # noqa: E402
                              train_tokenizer)
-from tasks.tokenizer_prune import prune_tokenizer  # noqa: E402
+from tasks.tokenizer.prune import prune_tokenizer  # noqa: E402
 
 EVERYDAY = ["铃声", "自拍", "按摩", "客服", "网络", " small"]
 

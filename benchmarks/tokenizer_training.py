@@ -25,8 +25,8 @@ import pyarrow as pa  # noqa: E402
 from benchmarks._corpus import benchmark_parser, clean_corpus  # noqa: E402
 from benchmarks._memory import run_measured  # noqa: E402
 from tasks.common.outputs import read_json  # noqa: E402
-from tasks.tokenizer import kept_chars_by_channel  # noqa: E402
-from tasks.tokenizer_report import report_markdown  # noqa: E402
+from tasks.tokenizer.train import kept_chars_by_channel  # noqa: E402
+from tasks.tokenizer.report import report_markdown  # noqa: E402
 
 
 def train_in_subprocess(clean_dir: Path, out: Path, vocab: int, max_chars: int, max_cjk_run: int = 32) -> dict:
@@ -35,7 +35,7 @@ import json, sys, time
 sys.path.insert(0, {str(ROOT)!r})
 from pathlib import Path
 from pretrain.config import TokenizerConfig
-from tasks.tokenizer import run_tokenizer
+from tasks.tokenizer.train import run_tokenizer
 cfg = TokenizerConfig(vocab_size={vocab}, reserved_tokens=1000, held_out_docs=200, max_training_chars={max_chars},
                       max_cjk_run={max_cjk_run}, channel_mix={{"zh": 0.4, "en": 0.4, "code": 0.2}})
 t = time.perf_counter()

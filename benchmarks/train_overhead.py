@@ -34,9 +34,9 @@ from model.protocol import read_jsonl  # noqa: E402
 from pretrain.config import parse_config  # noqa: E402
 from tasks.clean.stage import run_clean  # noqa: E402
 from tasks.tokenize import run_tokenize  # noqa: E402
-from tasks.tokenizer import run_tokenizer  # noqa: E402
-from tasks.preflight.probe import free_port  # noqa: E402
-from tasks.train import launcher_env, remove_shm_buffers, run_train  # noqa: E402
+from tasks.tokenizer.train import run_tokenizer  # noqa: E402
+from tasks.common.ports import free_port  # noqa: E402
+from tasks.train.run import launcher_env, remove_shm_buffers, run_train  # noqa: E402
 
 SKIP = 5
 

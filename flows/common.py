@@ -11,8 +11,10 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from model.redact import redact_url
 from pretrain.config import PipelineConfig
-from tasks import tracking
+from flows import tracking
 from tasks.common.lease import lease
+
+DEFAULT_CONFIG = "configs/tiny.yaml"
 
 
 def prefect_tags() -> dict[str, str]:
@@ -36,6 +38,33 @@ class StageRun:
 
     def dir(self, stage: str) -> Path:
         return self.root / stage
+
+    def log_params(self, params: dict) -> None:
+        tracking.log_params(self.mlflow_uri, self.run_id, params)
+
+    def log_metrics(self, metrics: dict, step: int = 0) -> None:
+        tracking.log_metrics(self.mlflow_uri, self.run_id, metrics, step)
+
+    def log_files(self, folder: Path, names: tuple[str, ...], artifact_dir: str, missing_ok: bool = False) -> None:
+        """Files of a stage's output folder as MLflow artifacts; missing_ok for files only some runs write."""
+        for name in names:
+            if not missing_ok or (folder / name).is_file():
+                tracking.log_artifact(self.mlflow_uri, self.run_id, folder / name, artifact_dir)
+
+    def set_tag(self, key: str, value: str) -> None:
+        tracking.client(self.mlflow_uri).set_tag(self.run_id, key, value)
+
+    def child(self, name: str, tags: dict) -> StageRun:
+        """A new MLflow run under this one (a training attempt, a grid point), with its own curve."""
+        run_id = tracking.start_run(self.mlflow_uri, self.experiment_id, name, self.run_id, tags)
+        return StageRun(self.cfg, self.root, self.mlflow_uri, run_id, self.experiment_id)
+
+    def end(self, ok: bool) -> None:
+        tracking.end_run(self.mlflow_uri, self.run_id, ok)
+
+    def rank_env(self) -> dict[str, str]:
+        """What the training ranks need to log their curve into this run."""
+        return {"MLFLOW_TRACKING_URI": self.mlflow_uri, "MLFLOW_RUN_ID": self.run_id}
 
     @property
     def mlflow_link(self) -> str:
@@ -73,13 +102,13 @@ def stage_run(cfg: PipelineConfig, stage: str, parent_run_id: str | None) -> Ite
         run = mlflow_run(cfg, f"{cfg.name}/{stage}", parent_run_id, {"stage": stage})
         section = getattr(cfg, stage, None)
         if isinstance(section, BaseModel):
-            tracking.log_params(run.mlflow_uri, run.run_id, {stage: section.model_dump()})
+            run.log_params({stage: section.model_dump()})
         ok = False
         try:
             yield run
             ok = True
         finally:
-            tracking.end_run(run.mlflow_uri, run.run_id, ok)
+            run.end(ok)
 
 
 def artifact_key(cfg: PipelineConfig, stage: str) -> str:

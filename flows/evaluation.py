@@ -8,11 +8,10 @@ from __future__ import annotations
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 
-from flows.common import StageRun, artifact_key, tracking_target
-from flows.stages import DEFAULT_CONFIG
+from flows import tracking
+from flows.common import DEFAULT_CONFIG, StageRun, artifact_key, tracking_target
 from pretrain.config import PipelineConfig, resolve_config
-from tasks import tracking
-from tasks.evaluation import evaluate, pick_checkpoint
+from tasks.eval.evaluate import evaluate, pick_checkpoint
 
 
 @task(name="score-checkpoint")
@@ -22,8 +21,8 @@ def score_task(cfg: PipelineConfig, tag: str) -> dict:
 
 @task(name="lm-eval")
 def lm_eval_task(cfg: PipelineConfig, tag: str) -> dict[str, float]:
-    from tasks.export import export_run_checkpoint
-    from tasks.lm_eval_tasks import run_lm_eval
+    from tasks.train.export import export_run_checkpoint
+    from tasks.eval.lm_eval_tasks import run_lm_eval
 
     root = cfg.run_root_path()
     hf_dir = root / "eval" / "hf" / tag
@@ -56,7 +55,7 @@ def report(result: dict, lm: dict[str, float], run: StageRun | None, threshold: 
 def eval_flow(config: PipelineConfig | str = DEFAULT_CONFIG, checkpoint: str | None = None,
               mlflow_train_run_id: str | None = None) -> dict:
     """Score the named (or newest complete) checkpoint on held-out data and flag a regression against the previous one."""
-    cfg = resolve_config(config)
+    cfg = resolve_config(config, "eval")
     tag = pick_checkpoint(cfg, checkpoint or None)  # an event template renders a missing value as ''
     mlflow_train_run_id = mlflow_train_run_id or None
     if tag is None:
@@ -68,7 +67,7 @@ def eval_flow(config: PipelineConfig | str = DEFAULT_CONFIG, checkpoint: str | N
     if run and not result["reused"]:
         metrics = {f"ckpt_eval_ppl_{c}": v for c, v in result["ppl"].items()}
         metrics.update({f"ckpt_eval_{k.replace('/', '_')}": v for k, v in lm.items()})
-        tracking.log_metrics(run.mlflow_uri, run.run_id, metrics, step=result["step"])
+        run.log_metrics(metrics, step=result["step"])
     markdown = report(result, lm, run, cfg.eval.regression_pct)
     key = artifact_key(cfg, "eval")
     create_markdown_artifact(key=key, markdown=markdown, description=f"Eval of {tag}")

@@ -9,19 +9,21 @@ from __future__ import annotations
 
 from prefect import flow
 
-from flows.common import markdown_artifact, mlflow_run
-from flows.stages import (DEFAULT_CONFIG, clean_flow, preflight_flow, tokenize_flow, tokenizer_flow,
-                          train_flow)
+from flows.clean import clean_flow
+from flows.common import DEFAULT_CONFIG, markdown_artifact, mlflow_run
+from flows.preflight import preflight_flow
+from flows.tokenizer import tokenizer_flow
+from flows.tokens import tokenize_flow
+from flows.train import train_flow
 from pretrain.config import PipelineConfig, resolve_config
-from tasks import tracking
 
 
 @flow(name="pretrain", log_prints=True)
 def pretrain(config: PipelineConfig | str = DEFAULT_CONFIG) -> dict:
     """Turn the configured raw corpus into a trained, tracked model."""
-    cfg = resolve_config(config)
+    cfg = resolve_config(config, "run")
     run = mlflow_run(cfg, cfg.name, None, {"run_root": str(cfg.run_root_path())})
-    tracking.log_params(run.mlflow_uri, run.run_id, {"run_root": str(run.root), "name": cfg.name})
+    run.log_params({"run_root": str(run.root), "name": cfg.name})
     ok = False
     try:
         summary = {
@@ -33,7 +35,7 @@ def pretrain(config: PipelineConfig | str = DEFAULT_CONFIG) -> dict:
         }
         ok = True
     finally:
-        tracking.end_run(run.mlflow_uri, run.run_id, ok)
+        run.end(ok)
     summary["mlflow_run_id"] = run.run_id
     summary["run_root"] = str(run.root)
     markdown_artifact(run, "summary", f"Run root: `{run.root}`\n\n"

@@ -10,10 +10,8 @@ from pathlib import Path
 
 from prefect import flow, task
 
-from flows.common import StageRun, markdown_artifact, stage_run, table_artifact
-from flows.stages import DEFAULT_CONFIG
+from flows.common import DEFAULT_CONFIG, StageRun, markdown_artifact, stage_run, table_artifact
 from pretrain.config import PipelineConfig, resolve_config
-from tasks import tracking
 from tasks.common.outputs import write_json
 from tasks.scaling.grid import GridPoint, completed_point, plan_grid, train_point
 from tasks.scaling.report import FIT_FILE, fit_results, plot
@@ -24,18 +22,16 @@ def train_point_task(cfg: PipelineConfig, point: GridPoint, run: StageRun) -> di
     out_dir = run.dir("scaling") / point.point_id
     if (finished := completed_point(cfg, point, out_dir)) is not None:
         return finished  # trained by an earlier (interrupted or retried) sweep
-    child = tracking.start_run(run.mlflow_uri, run.experiment_id, f"{cfg.name}/scaling/{point.point_id}", run.run_id,
-                               {"stage": "scaling", "grid_point": point.point_id})
-    tracking.log_params(run.mlflow_uri, child, {"point": point.__dict__})
+    child = run.child(f"{cfg.name}/scaling/{point.point_id}", {"stage": "scaling", "grid_point": point.point_id})
+    child.log_params({"point": point.__dict__})
     ok = False
     try:
-        result = train_point(cfg, point, out_dir,
-                             {"MLFLOW_TRACKING_URI": run.mlflow_uri, "MLFLOW_RUN_ID": child})
-        tracking.log_metrics(run.mlflow_uri, child, {"final_eval_loss": result["loss"]}, step=point.steps)
+        result = train_point(cfg, point, out_dir, child.rank_env())
+        child.log_metrics({"final_eval_loss": result["loss"]}, step=point.steps)
         ok = True
         return result
     finally:
-        tracking.end_run(run.mlflow_uri, child, ok)
+        child.end(ok)
 
 
 @task(name="fit-scaling-law")
@@ -66,7 +62,7 @@ def summary(fitted: dict) -> str:
 @flow(name="scaling", log_prints=True, persist_result=True)
 def scaling_flow(config: PipelineConfig | str = DEFAULT_CONFIG) -> dict:
     """Train the grid (scaling.budgets x scaling.dims) on the tokenized data and fit the scaling law to it."""
-    cfg = resolve_config(config)
+    cfg = resolve_config(config, "scaling")
     if not cfg.scaling.budgets:
         raise ValueError("scaling.budgets is empty; list the training FLOPs of each grid column, e.g. [1e17, 3e17, 1e18]")
     with stage_run(cfg, "scaling", None) as run:
@@ -75,12 +71,10 @@ def scaling_flow(config: PipelineConfig | str = DEFAULT_CONFIG) -> dict:
         results = [train_point_task(cfg, p, run) for p in points]  # one after another: each takes every rank
         fitted = fit_task(cfg, results, skipped, str(run.dir("scaling")))
         if fitted["law"]:
-            tracking.log_metrics(run.mlflow_uri, run.run_id, {f"law_{k}": v for k, v in fitted["law"].items()
-                                                              if isinstance(v, float)})
+            run.log_metrics({f"law_{k}": v for k, v in fitted["law"].items() if isinstance(v, float)})
         if fitted["isoflop_params_law"]:
-            tracking.log_metrics(run.mlflow_uri, run.run_id, {"isoflop_params_exponent": fitted["isoflop_params_law"]["a"]})
-        for path in [run.dir("scaling") / FIT_FILE, *map(Path, fitted["plots"])]:
-            tracking.log_artifact(run.mlflow_uri, run.run_id, path, "scaling")
+            run.log_metrics({"isoflop_params_exponent": fitted["isoflop_params_law"]["a"]})
+        run.log_files(run.dir("scaling"), (FIT_FILE, *(Path(p).name for p in fitted["plots"])), "scaling")
         table_artifact(run, "scaling-runs", [{k: r[k] for k in ("point_id", "params", "tokens", "flops", "steps", "loss")}
                                              | {"residual": fitted["residuals"].get(r["point_id"])} for r in results],
                        "Scaling grid: final held-out loss per run, and its residual under the fitted law")

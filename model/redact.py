@@ -3,7 +3,7 @@
 A URL keeps its user but not its password (`s3://key:***@bucket/run`); a
 variable whose name says secret (PASSWORD, TOKEN, SECRET, ...) or whose value
 is a URL with a password never goes on a command line: the train stage hands
-those to the ranks in a file only the user can read (tasks/train.py).
+those to the ranks in a file only the user can read (tasks/train/run.py).
 """
 from __future__ import annotations
 

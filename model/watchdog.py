@@ -18,7 +18,7 @@ on every node without ssh:
 
 In synchronous data parallel training one hung rank stops every rank (the
 others wait in the next collective), so every rank writes stacks; the train
-stage tells the hung one from the waiting ones (tasks/hang.py).
+stage tells the hung one from the waiting ones (tasks/train/hang.py).
 
 The timeout is train.hang_timeout_s, or by default max(60 s, 10 x the median
 step time so far). The first step is not watched (start-up work, kernel

@@ -26,14 +26,17 @@ STAGES = ("clean", "tokenizer", "tokenize", "preflight", "train")
 
 
 def _flow_for(command: str):
-    from flows import stages
+    from flows.clean import clean_flow
     from flows.evaluation import eval_flow
     from flows.full import pretrain
+    from flows.preflight import preflight_flow
     from flows.scaling import scaling_flow
+    from flows.tokenizer import tokenizer_flow
+    from flows.tokens import tokenize_flow
+    from flows.train import train_flow
 
-    return {"clean": stages.clean_flow, "tokenizer": stages.tokenizer_flow, "tokenize": stages.tokenize_flow,
-            "preflight": stages.preflight_flow, "train": stages.train_flow, "run": pretrain, "eval": eval_flow,
-            "scaling": scaling_flow}[command]
+    return {"clean": clean_flow, "tokenizer": tokenizer_flow, "tokenize": tokenize_flow, "preflight": preflight_flow,
+            "train": train_flow, "run": pretrain, "eval": eval_flow, "scaling": scaling_flow}[command]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -66,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def export_command(cfg, args) -> int:
-    from tasks.export import export_run_checkpoint
+    from tasks.train.export import export_run_checkpoint
 
     root = cfg.run_root_path()
     try:
@@ -79,7 +82,7 @@ def export_command(cfg, args) -> int:
 
 
 def extend_command(args) -> int:
-    from tasks.tokenizer_extend import run_extend
+    from tasks.tokenizer.extend import run_extend
 
     try:
         summary = run_extend(args.tokenizer, args.terms, args.out)
@@ -97,7 +100,7 @@ def path_checks(cfg) -> tuple[list[str], list[str]]:
     from tasks.clean.readers import SourceError, expand_source
 
     problems, notes = [], []
-    for source in cfg.clean.sources:
+    for source in cfg.clean.sources if cfg.clean else ():
         protocol = fsspec.utils.get_protocol(source.resolved_path())
         if protocol not in ("file", "local"):
             notes.append(f"not checked: source '{source.source_name}' is remote ({protocol}://); the clean stage "
@@ -140,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_plan(args)
     try:
-        cfg = load_config(args.config)
+        cfg = load_config(args.config).require(args.command)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -257,7 +257,7 @@ class CleanConfig(Strict):
 
 
 class PruneConfig(Strict):
-    """Dirty-token pruning after training (tasks/tokenizer_prune.py)."""
+    """Dirty-token pruning after training (tasks/tokenizer/prune.py)."""
     enabled: bool = True
     lexicons: list[str] = Field(default_factory=list, description="term lists whose every term marks a dirty token (e.g. porn word lists)")
     min_builtin_weight: float = Field(3.0, ge=0, description="built-in terms used: those of at least this weight (gambling, porn, scams); "
@@ -413,7 +413,7 @@ class AnomalyConfig(Strict):
 
 
 class RecoveryConfig(Strict):
-    """What the monitored training does when an attempt ends early (tasks/recovery.py)."""
+    """What the monitored training does when an attempt ends early (tasks/train/recovery.py)."""
     enabled: bool = Field(True, description="relaunch after anomalies and crashes; off: the first failure fails the stage")
     rollback_gap_steps: int = Field(100, ge=0, description="roll back to a checkpoint at least this many steps before the onset")
     skip_margin_steps: int = Field(200, ge=0, description="skip the data up to this many steps' worth past the anomaly")
@@ -573,12 +573,12 @@ class PipelineConfig(Strict):
     name: str = Field(description="run name, shown in Prefect and MLflow and used in their queries and in file "
                       "names: letters, digits, '.', '_' and '-', starting with a letter or digit, at most 100")
     run_root: str = Field(description="directory every stage writes under; relative paths are taken from the working directory")
-    clean: CleanConfig
+    clean: CleanConfig | None = Field(None, description="needed by the clean stage (and `run`)")
     tokenizer: TokenizerConfig = TokenizerConfig()
     tokenize: TokenizeConfig = TokenizeConfig()
     preflight: PreflightConfig = PreflightConfig()
-    model: ModelConfig
-    train: TrainConfig
+    model: ModelConfig | None = Field(None, description="needed by the preflight, train and scaling stages")
+    train: TrainConfig | None = Field(None, description="needed by the preflight, train and scaling stages")
     eval: EvalConfig = EvalConfig()
     scaling: ScalingConfig = ScalingConfig()
     tracking: TrackingConfig = TrackingConfig()
@@ -593,13 +593,27 @@ class PipelineConfig(Strict):
 
     @model_validator(mode="after")
     def _seq_fits_model(self) -> "PipelineConfig":
-        if self.train.seq_len > self.model.max_seq_len:
+        if self.train and self.model and self.train.seq_len > self.model.max_seq_len:
             raise ValueError(f"train.seq_len={self.train.seq_len} exceeds model.max_seq_len="
                              f"{self.model.max_seq_len}; raise model.max_seq_len or lower train.seq_len")
         return self
 
     def run_root_path(self) -> Path:
         return Path(os.path.expanduser(self.run_root)).resolve()
+
+    def require(self, command: str) -> "PipelineConfig":
+        """This config, if it has every section the command reads; a ConfigError naming the missing ones otherwise."""
+        missing = [s for s in SECTIONS_NEEDED.get(command, ()) if getattr(self, s) is None]
+        if missing:
+            raise ConfigError(f"`{command}` needs the config section(s) {', '.join(missing)}, which this config "
+                              f"does not have; add them (configs/tiny.yaml shows each)")
+        return self
+
+
+# The sections a command cannot run without; the others have defaults. Stages that need none of these
+# (tokenizer, tokenize, eval) run from a config with name, run_root and their own section alone.
+SECTIONS_NEEDED = {"clean": ("clean",), "run": ("clean", "model", "train"), "preflight": ("model", "train"),
+                   "train": ("model", "train"), "scaling": ("model", "train")}
 
 
 def _describe(err: ValidationError) -> str:
@@ -641,6 +655,15 @@ class UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
+# YAML 1.2 booleans: only true/false. YAML 1.1 (PyYAML's default) also reads on/off/yes/no as booleans,
+# so `mode: off` would arrive as False and be refused.
+UniqueKeyLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+                                      list("tTfF"))
+
+
 def load_config(path: str | os.PathLike) -> PipelineConfig:
     path = Path(path)
     if not path.is_file():
@@ -654,10 +677,12 @@ def load_config(path: str | os.PathLike) -> PipelineConfig:
     return parse_config(data, str(path))
 
 
-def resolve_config(config: PipelineConfig | str | dict) -> PipelineConfig:
-    """Flow parameters may be a config, a dict from the UI form, or a YAML path."""
+def resolve_config(config: PipelineConfig | str | dict, command: str | None = None) -> PipelineConfig:
+    """Flow parameters may be a config, a dict from the UI form, or a YAML path; checked for what `command` needs."""
     if isinstance(config, PipelineConfig):
-        return config
-    if isinstance(config, dict):
-        return parse_config(config)
-    return load_config(config)
+        cfg = config
+    elif isinstance(config, dict):
+        cfg = parse_config(config)
+    else:
+        cfg = load_config(config)
+    return cfg.require(command) if command else cfg

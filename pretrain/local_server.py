@@ -23,20 +23,13 @@ from pathlib import Path
 from typing import Iterator
 
 from tasks.common.lifetime import kill_group, sigterm_on_parent_death
+from tasks.common.ports import free_port
 
 STARTUP_TIMEOUT_S = 300.0  # a first start migrates a new database; a loaded 2-core machine is slow at it
 
 
 class ServerFailed(RuntimeError):
     pass
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def server_command(port: int) -> list[str]:
@@ -56,7 +49,7 @@ def _healthy(url: str) -> bool:
 def start_server(timeout_s: float = STARTUP_TIMEOUT_S) -> tuple[subprocess.Popen, str, Path]:
     """(process, API URL, log file) of a new server, once it answers; ServerFailed with its log otherwise."""
     log = Path(tempfile.mkstemp(prefix="pretrain-prefect-server-", suffix=".log")[1])
-    port = _free_port()
+    port = free_port()
     with open(log, "w") as out:
         proc = subprocess.Popen(server_command(port), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, preexec_fn=sigterm_on_parent_death,

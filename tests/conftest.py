@@ -49,7 +49,7 @@ def prepared_run(tmp_path_factory):
     """A run root holding complete clean, tokenizer and tokens outputs from the demo corpus."""
     from tasks.clean.stage import run_clean
     from tasks.tokenize import run_tokenize
-    from tasks.tokenizer import run_tokenizer
+    from tasks.tokenizer.train import run_tokenizer
 
     root = tmp_path_factory.mktemp("prepared")
     cfg = parse_config(tiny_dict(root))

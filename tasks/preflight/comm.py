@@ -10,6 +10,7 @@ from pretrain.config import PipelineConfig
 from tasks.common.outputs import is_complete
 from tasks.preflight.baselines import profile
 from tasks.preflight.checks import FAIL, NOT_AVAILABLE, WARN, Check, graded
+from tasks.train.run import TrainingFailed, run_train
 
 ADVICE = "above 2/3 of the step, adding nodes will not pay: grow the batch per rank or the model first"
 
@@ -18,8 +19,6 @@ def check_comm_share(cfg: PipelineConfig, run_root: Path, log_line=lambda _: Non
     steps = cfg.preflight.comm_profile_steps
     if not (is_complete(run_root / "tokenizer") and is_complete(run_root / "tokens")):
         return Check("comm_share", NOT_AVAILABLE, "no tokens yet", "run after the tokenize stage")
-    from tasks.train import TrainingFailed, run_train
-
     out = run_root / "preflight" / "profile"
     shutil.rmtree(out, ignore_errors=True)
     train = cfg.train.model_copy(update={"profile_steps": steps, "steps": steps + 1, "save_every": 10**9,

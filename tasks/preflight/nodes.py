@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 
 from pretrain.config import HostConfig, PipelineConfig
-from tasks.launch import cluster_hosts, on_node, write_hostfile
+from tasks.train.launch import cluster_hosts, on_node, write_hostfile
 from tasks.preflight.checks import FAIL, PASS, WARN, Check
 
 PREFLIGHT_HOSTFILE = "hostfile"

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import time
 from datetime import timedelta
 
@@ -11,12 +10,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from model.comm import Comm
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tasks.common.ports import free_port
 
 
 def _worker(rank: int, world: int, port: int, n_bytes: int, iters: int, results) -> None:

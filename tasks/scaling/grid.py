@@ -11,7 +11,7 @@ from model.checkpoint_eval import evaluate_checkpoint
 from pretrain.config import ModelConfig, PipelineConfig
 from tasks.common.outputs import read_json, write_json
 from tasks.scaling.law import non_embedding_params
-from tasks.train import run_train
+from tasks.train.run import run_train
 
 
 POINT_FILE = "point.json"

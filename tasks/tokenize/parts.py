@@ -17,7 +17,7 @@ from tokenizers import Tokenizer
 
 from model.data import CHANNELS, shard_schema
 from tasks.common.outputs import read_json, staged_output, write_json
-from tasks.tokenizer import EOS
+from tasks.tokenizer.train import EOS
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from tasks.common.outputs import read_json, require_complete, staged_output, wri
 from tasks.common.pool import map_local
 from tasks.tokenize.parts import PartSettings, PartSpec, tokenize_part, tokenizer_at
 from tasks.tokenize.rejects import RULE_TOKENS, RejectSpec, count_rejected, plan_rejects, write_rule_tokens
-from tasks.tokenizer import file_sha256, load_tokenizer
+from tasks.tokenizer.train import file_sha256, load_tokenizer
 
 PartRunner = Callable[[TokenizeConfig, list[PartSpec], PartSettings, Path], list[dict]]
 

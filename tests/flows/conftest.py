@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tasks.preflight.probe import free_port
+from tasks.common.ports import free_port
 from tests.conftest import ROOT
 
 
@@ -55,3 +55,36 @@ def ray_cluster(tmp_path_factory):
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+@pytest.fixture
+def prefect_server(monkeypatch):
+    """A Prefect server that outlives the CLI run (`pretrain` uses PREFECT_API_URL when set), to read back after it."""
+    from pretrain.local_server import start_server, stop_server
+
+    proc, url, log = start_server()
+    monkeypatch.setenv("PREFECT_API_URL", url)
+    try:
+        yield url
+    finally:
+        stop_server(proc)
+        log.unlink(missing_ok=True)
+
+
+def prefect_api(url: str, path: str, body: dict | None = None):
+    import httpx
+
+    return httpx.post(f"{url}{path}", json=body or {}, timeout=30).json()
+
+
+def subflows_of(url: str, flow_name: str) -> dict[str, list[dict]]:
+    """sub-flow name -> its runs (oldest first) under the one run of the flow named flow_name."""
+    flows = {f["id"]: f["name"] for f in prefect_api(url, "/flows/filter")}
+    [parent] = [r for r in prefect_api(url, "/flow_runs/filter") if flows[r["flow_id"]] == flow_name]
+    tasks = prefect_api(url, "/task_runs/filter", {"flow_runs": {"id": {"any_": [parent["id"]]}}})
+    runs = prefect_api(url, "/flow_runs/filter", {"flow_runs": {"parent_task_run_id": {"any_": [t["id"] for t in tasks]}},
+                                                  "sort": "EXPECTED_START_TIME_ASC"})
+    out: dict[str, list[dict]] = {}
+    for r in runs:
+        out.setdefault(flows[r["flow_id"]], []).append(r)
+    return out

@@ -24,8 +24,8 @@ from model.checkpoint import complete_tags
 from model.data import open_shard, read_manifest
 from model.protocol import read_jsonl
 from tasks.common.outputs import read_json
-from tasks.preflight.probe import free_port
-from tasks.tokenizer import load_tokenizer
+from tasks.common.ports import free_port
+from tasks.tokenizer.train import load_tokenizer
 from tests.conftest import ROOT, tiny_dict
 
 pytestmark = pytest.mark.slow
@@ -245,7 +245,7 @@ def wait_for_evals(env, tags: set[str], seconds: int = 300) -> dict[str, dict]:
 def test_eval_deployment_is_scheduled_and_triggered_by_checkpoints(stack):
     [deployment] = [d for d in api(stack, "/deployments/filter") if d["entrypoint"] == "flows/evaluation.py:eval_flow"]
     assert [s["schedule"]["cron"] for s in deployment["schedules"] if s["active"]] == ["0 */4 * * *"]
-    [train] = [d for d in api(stack, "/deployments/filter") if d["entrypoint"] == "flows/stages.py:train_flow"]
+    [train] = [d for d in api(stack, "/deployments/filter") if d["entrypoint"] == "flows/train.py:train_flow"]
     # its own pool, so an eval never lands on a node that is training
     assert deployment["work_pool_name"] == f"{train['work_pool_name']}-eval"
     automations = [a for a in api(stack, "/automations/filter")

@@ -6,12 +6,12 @@ import pytest
 
 from model.protocol import read_jsonl
 from tests.conftest import tiny_dict
-from tests.flows.conftest import run_flow
+from tests.flows.conftest import prefect_api, run_flow, subflows_of
 
 pytestmark = pytest.mark.slow
 
 
-def test_train_flow_rolls_back_and_skips_ahead(prepared_run, tmp_path, monkeypatch):
+def test_train_flow_rolls_back_and_skips_ahead(prepared_run, tmp_path, monkeypatch, prefect_server):
     cfg, prepared = prepared_run
     for stage in ("clean", "tokenizer", "tokens"):
         shutil.copytree(prepared / stage, tmp_path / stage)
@@ -36,3 +36,17 @@ def test_train_flow_rolls_back_and_skips_ahead(prepared_run, tmp_path, monkeypat
     assert [m.step for m in client.get_metric_history(attempt.info.run_id, "loss")][-1] == 6
     assert {a.path for a in client.list_artifacts(train_run.info.run_id, "train")} >= {"train/loss.png",
                                                                                       "train/recovery.jsonl"}
+    # Prefect: the rollback and the skip-ahead ran as sub-flows of the train flow, each with its artifact
+    subflows = subflows_of(prefect_server, "train")
+    assert [r["state_type"] for r in subflows["rollback"]] == ["COMPLETED"]
+    assert [r["state_type"] for r in subflows["skip-ahead"]] == ["COMPLETED"]
+    artifacts = {a["key"]: a for a in prefect_api(prefect_server, "/artifacts/filter")}
+    from flows.common import artifact_key
+    from pretrain.config import parse_config
+
+    prefix, attempt = artifact_key(parse_config(data), "train"), rollback["attempt"]
+    rolled = artifacts[f"{prefix}-rollback-{attempt}"]
+    assert rolled["flow_run_id"] == subflows["rollback"][0]["id"] and "`step_00000004`" in rolled["data"]
+    skipped = artifacts[f"{prefix}-skip-ahead-{attempt}"]
+    assert skipped["flow_run_id"] == subflows["skip-ahead"][0]["id"]
+    assert f"**Skipped** sampler positions {rollback['skip'][0]}..{rollback['skip'][1]}" in skipped["data"]

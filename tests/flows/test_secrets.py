@@ -9,7 +9,7 @@ import pytest
 from model.protocol import read_jsonl
 from tests.conftest import tiny_dict
 from tests.flows.conftest import run_flow
-from tests.tasks.test_launch import fake_ssh
+from tests.tasks.train.test_launch import fake_ssh
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ import torch
 
 from model import comm as comm_module
 from model.comm import Comm, device_for
-from tasks.preflight.probe import free_port
+from tasks.common.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE_DIRS = ("model", "tasks", "flows", "pretrain", "benchmarks", "infra")

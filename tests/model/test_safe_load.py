@@ -100,7 +100,7 @@ SAVE_AND_LOAD = textwrap.dedent("""
 
 @pytest.mark.slow
 def test_checkpoints_of_every_zero_stage_and_precision_load_weights_only(tmp_path):
-    from tasks.preflight.probe import free_port
+    from tasks.common.ports import free_port
 
     proc = subprocess.run([sys.executable, "-c", SAVE_AND_LOAD, str(tmp_path), str(free_port())], cwd=ROOT,
                           capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)})

@@ -10,8 +10,8 @@ from pathlib import Path
 from model.protocol import EXIT_HUNG
 from model.straggler import StragglerWatch, rank_figures
 from model.watchdog import HangWatch, heartbeat_path, stack_path
-from tasks.hang import FrozenJobMonitor, archive_hang, describe, hang_report, read_heartbeats
-from tasks.preflight.probe import free_port
+from tasks.train.hang import FrozenJobMonitor, archive_hang, describe, hang_report, read_heartbeats
+from tasks.common.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -37,6 +37,20 @@ def test_stage_needs_previous_stage(tmp_path):
     assert not (tmp_path / "run" / "tokens").exists()
 
 
+def test_a_stage_is_refused_only_for_sections_it_reads(tmp_path, capsys):
+    from pretrain.cli import main
+
+    full = tiny_dict(tmp_path / "run")
+    cfg = write(tmp_path, {key: full[key] for key in ("name", "run_root", "clean")})
+    assert main(["train", "--config", cfg]) == 2
+    assert "`train` needs the config section(s) model, train" in capsys.readouterr().err
+    assert main(["check-config", "--config", cfg]) == 0
+    no_clean = write(tmp_path, {key: full[key] for key in ("name", "run_root", "model", "train")})
+    assert main(["run", "--config", no_clean]) == 2
+    assert "`run` needs the config section(s) clean," in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
 def test_plan_prints_the_chinchilla_allocation_and_names_missing_inputs(capsys):
     import json as _json
 
@@ -100,7 +114,8 @@ def test_clean_stage_alone_with_one_server_and_nothing_left_running(tmp_path):
 
     import psutil
 
-    data = tiny_dict(tmp_path / "run")
+    full = tiny_dict(tmp_path / "run")
+    data = {key: full[key] for key in ("name", "run_root", "clean")}  # what the clean stage reads, nothing else
     data["clean"]["executor"] = {"kind": "process", "workers": 2}
     proc = subprocess.Popen([sys.executable, "-m", "pretrain.cli", "clean", "--config", write(tmp_path, data)],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -1,3 +1,4 @@
+import re
 import subprocess
 import sys
 
@@ -116,3 +117,34 @@ def test_a_key_given_twice_is_an_error_not_the_last_one_silently(tmp_path):
     merged = yaml.safe_load("a: &base {x: 1}\nb:\n  <<: *base\n  x: 2\n")
     assert merged["b"] == {"x": 2}
     assert yaml.load("a: &base {x: 1}\nb:\n  <<: *base\n  x: 2\n", Loader=UniqueKeyLoader)["b"] == {"x": 2}
+
+
+def merged(base: dict, extra: dict) -> dict:
+    out = dict(base)
+    for key, value in extra.items():
+        out[key] = merged(base[key], value) if isinstance(value, dict) and isinstance(base.get(key), dict) else value
+    return out
+
+
+def readme_yaml_examples() -> list[str]:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    return re.findall(r"```yaml\n(.*?)```", text, flags=re.S)
+
+
+def test_every_yaml_example_in_the_readme_loads_as_written(tmp_path):
+    examples = readme_yaml_examples()
+    assert len(examples) >= 2  # the clean rules and the training mixture
+    for example in examples:  # each read by the config loader as the user would write it, into the tiny config
+        data = merged(tiny_dict(tmp_path / "run"), yaml.load(example, Loader=UniqueKeyLoader))
+        parse_config(data, "README example")
+
+
+def test_off_is_a_word_not_a_boolean(tmp_path):
+    cfg_file = tmp_path / "c.yaml"
+    cfg_file.write_text(yaml.safe_dump(tiny_dict(tmp_path / "run")) + "# fineweb below\n")
+    data = yaml.safe_load(cfg_file.read_text())
+    data["clean"]["rules"]["fineweb"] = {"mode": "MODE"}
+    cfg_file.write_text(yaml.safe_dump(data).replace("mode: MODE", "mode: off"))
+    assert load_config(cfg_file).clean.rules.fineweb.mode == "off"
+    assert yaml.load("flag: on\nyes_no: no\nreal: true", Loader=UniqueKeyLoader) == {
+        "flag": "on", "yes_no": "no", "real": True}

@@ -1,0 +1,72 @@
+"""The clean stage: read, normalize, tag, filter and deduplicate the corpus into kept/rejected Parquet."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefect import flow, task
+
+from flows.common import DEFAULT_CONFIG, stage_run, table_artifact
+from flows.executors import map_on
+from flows.progress import StageProgress
+from pretrain.config import CleanConfig, PipelineConfig, resolve_config
+from tasks.clean.shards import ShardSpec, clean_shard
+from tasks.clean.stage import complete, prepare
+from tasks.common.failures import retry_if_transient
+
+OUTPUTS = ("manifest.json", "stats.parquet", "samples.parquet")
+
+
+@task(name="plan-shards")
+def plan_task(cfg: CleanConfig, out_dir: str) -> tuple[list[ShardSpec], str]:
+    specs, work_dir = prepare(cfg, Path(out_dir))
+    return specs, str(work_dir)
+
+
+@task(name="clean-shard", retries=2, retry_delay_seconds=10, retry_condition_fn=retry_if_transient)
+def clean_shard_task(cfg: CleanConfig, spec: ShardSpec, work_dir: str) -> dict:
+    return clean_shard(cfg, spec, Path(work_dir))
+
+
+@task(name="dedup-and-write")
+def finalize_task(cfg: CleanConfig, specs: list[ShardSpec], metas: list[dict], work_dir: str, out_dir: str) -> dict:
+    return complete(cfg, specs, metas, Path(work_dir), Path(out_dir))
+
+
+def rule_table(stats_path: Path, unreadable: list[dict]) -> list[dict]:
+    """Documents and characters per outcome / rule / reason, all channels together, largest first."""
+    import duckdb
+
+    rows = duckdb.sql(f"""
+        SELECT outcome, rule, reason, sum(docs)::BIGINT AS documents, sum(chars)::BIGINT AS characters
+        FROM read_parquet('{stats_path}') GROUP BY ALL ORDER BY outcome, documents DESC""").fetchall()
+    table = [dict(zip(("outcome", "rule", "reason", "documents", "characters"), r)) for r in rows]
+    return table + [{"outcome": "unreadable file", "rule": "", "reason": u["path"],
+                     "documents": u["docs_read_before_error"], "characters": 0} for u in unreadable]
+
+
+def decontamination_rows(report: dict) -> list[dict]:
+    """One row per eval set, those that removed nothing included: 'no leak found' is a result too."""
+    return [{"outcome": "eval set", "rule": "decontam", "reason": f"{name}: {r['items']} items "
+             f"({r['items_shorter_than_ngram']} shorter than a window)",
+             "documents": r.get("rejected_docs", r.get("tagged_docs", 0)), "characters": 0}
+            for name, r in report.items()]
+
+
+@flow(name="clean", log_prints=True, persist_result=True)
+def clean_flow(config: PipelineConfig | str = DEFAULT_CONFIG, mlflow_parent_run_id: str | None = None) -> dict:
+    """Read, normalize, tag, filter and deduplicate the corpus into kept/rejected Parquet."""
+    cfg = resolve_config(config, "clean")
+    with stage_run(cfg, "clean", mlflow_parent_run_id) as run:
+        out = run.dir("clean")
+        specs, work_dir = plan_task(cfg.clean, str(out))
+        metas = map_on(cfg.clean.executor, clean_shard_task,
+                       [{"cfg": cfg.clean, "spec": spec, "work_dir": work_dir} for spec in specs],
+                       StageProgress(cfg, "clean", len(specs), "shards").advance)
+        manifest = finalize_task(cfg.clean, specs, metas, work_dir, str(out))
+        run.log_metrics({k: v for k, v in manifest.items() if k != "unreadable_files"})
+        run.log_files(out, OUTPUTS, "clean")
+        table_artifact(run, "clean", rule_table(out / "stats.parquet", manifest["unreadable_files"])
+                       + decontamination_rows(manifest["decontamination"]),
+                       f"Cleaning: {manifest['docs_in']} in = {manifest['kept']} kept + {manifest['rejected']} rejected"
+                       f" ({manifest['shards']} shards, {manifest['shards_skipped']} reused)")
+    return manifest

@@ -1,0 +1,134 @@
+"""The train stage: launch the DeepSpeed ranks, watch them, roll back and skip ahead past a spike, export.
+
+Each rollback and skip-ahead runs as a sub-flow of the train flow, with its own artifact.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_markdown_artifact
+
+from flows.common import DEFAULT_CONFIG, StageRun, artifact_key, markdown_artifact, stage_run
+from flows.events import CheckpointAnnouncer
+from flows.progress import StageProgress
+from model.redact import redact
+from pretrain.config import PipelineConfig, resolve_config
+from tasks.common.failures import retry_if_transient
+from tasks.common.outputs import write_json
+from tasks.preflight.suite import without_dropped_nodes
+from tasks.train.export import export_run_checkpoint
+from tasks.train.loss_plot import loss_plot
+from tasks.train.monitored import roll_back, run_monitored
+from tasks.train.recovery import Decision
+from tasks.train.skipped import skipped_data_report
+
+STEP_LINE = re.compile(r"\bstep (\d+)/\d+ loss=")  # rank 0's console line per logged step
+OUTPUTS = ("result.json", "spec.json", "metrics.jsonl", "events.jsonl", "recovery.jsonl", "loss.png")
+
+
+@task(name="export-hf", retries=1, retry_delay_seconds=10, retry_condition_fn=retry_if_transient)
+def export_task(train_dir: str, tokenizer_dir: str, tag: str) -> dict:
+    return export_run_checkpoint(Path(train_dir), Path(tokenizer_dir), tag=tag)
+
+
+@flow(name="rollback", log_prints=True)
+def rollback_flow(decision: dict, train_dir: str, key_prefix: str = "train") -> list[str]:
+    """Set aside the checkpoints after the rollback target, so training goes on from before the trouble."""
+    abandoned = roll_back(Decision(**{**decision, "skip": tuple(decision["skip"]) if decision["skip"] else None}),
+                          Path(train_dir))
+    a = decision["anomaly"]
+    create_markdown_artifact(key=f"{key_prefix}-rollback-{decision['attempt']}", description="Rollback", markdown=(
+        f"**Why**: {decision['reason']}\n\n**Detected** at step {a['step']} (onset estimated at step {a['onset_step']})"
+        f"\n\n**From** step {a['step']} **to** checkpoint `{decision['checkpoint'] or 'the start'}`\n\n"
+        f"**Set aside**: {', '.join(abandoned) or 'none'}"))
+    return abandoned
+
+
+@flow(name="skip-ahead", log_prints=True)
+def skip_ahead_flow(decision: dict, tokens_dir: str, train_cfg: dict, key_prefix: str = "train") -> dict:
+    """Record the skipped sample range and what it covers (documents, sources, channels) for the cleaning stage."""
+    report = skipped_data_report(Path(tokens_dir), train_cfg, [decision["skip"]])
+    lr = f"; learning rate x{decision['lr_scale']}" if decision["lr_scale"] != 1.0 else ""
+    create_markdown_artifact(key=f"{key_prefix}-skip-ahead-{decision['attempt']}", description="Skip-ahead", markdown=(
+        f"**Skipped** sampler positions {decision['skip'][0]}..{decision['skip'][1]} "
+        f"(escalation {decision['escalation']}{lr})\n\n{report['markdown']}"))
+    return report
+
+
+class Attempts:
+    """The MLflow run of each training attempt: the first logs to the train run, each relaunch to a child run of it
+    (`<name>/train/attempt-N`), so every attempt's curve stays apart in MLflow."""
+
+    def __init__(self, run: StageRun):
+        self.run, self.children = run, []
+
+    def env_for(self, attempt: int) -> dict:
+        if attempt == 1:
+            return {}
+        if self.children:  # the attempt before this one ended early
+            self.children[-1].end(ok=False)
+        self.children.append(self.run.child(f"{self.run.cfg.name}/train/attempt-{attempt}",
+                                            {"stage": "train", "attempt": str(attempt)}))
+        return {"MLFLOW_RUN_ID": self.children[-1].run_id}
+
+    def end(self, ok: bool) -> None:
+        if self.children:
+            self.children[-1].end(ok)
+
+
+def monitored_training(run: StageRun) -> dict:
+    """Train under the recovery loop; each rollback and skip-ahead runs as a sub-flow of this flow."""
+    cfg, tokens_dir, attempts = run.cfg, run.dir("tokens"), Attempts(run)
+
+    def rollback_and_skip(decision, out_dir: Path) -> list[str]:
+        record = decision.record()
+        abandoned = rollback_flow(record, str(out_dir), artifact_key(cfg, "train"))
+        skip_ahead_flow(record, str(tokens_dir), redact(cfg.train.model_dump()), artifact_key(cfg, "train"))
+        return abandoned
+
+    progress, logger = StageProgress(cfg, "train", cfg.train.steps, "steps", every_s=10.0), get_run_logger()
+
+    def log_line(line: str) -> None:
+        logger.info(line)
+        if m := STEP_LINE.search(line):
+            progress.advance(int(m.group(1)))
+
+    ok = False
+    try:
+        result = run_monitored(cfg.model, cfg.train, run.dir("tokenizer"), tokens_dir, run.dir("train"),
+                               run.rank_env(), log_line=log_line, rollback=rollback_and_skip,
+                               env_for_attempt=attempts.env_for)
+        ok = True
+        return result
+    finally:
+        attempts.end(ok)
+
+
+def finish(run: StageRun, result: dict) -> None:
+    """The final checkpoint's tags, its Hugging Face export, the loss plot, and the files MLflow keeps."""
+    out = run.dir("train")
+    run.set_tag("final_checkpoint", f"{result['checkpoint_dir']}/{result['latest_checkpoint']}")
+    if run.cfg.train.export_hf and result["latest_checkpoint"]:
+        result["hf_export"] = export_task(str(out), str(run.dir("tokenizer")), result["latest_checkpoint"])["export_dir"]
+        run.set_tag("hf_export", result["hf_export"])
+    write_json(out / "result.json", result)
+    loss_plot(out, out / "loss.png")
+    run.log_files(out, OUTPUTS, "train", missing_ok=True)  # recovery.jsonl only after a recovery
+    markdown_artifact(run, "train", f"Training finished at step {result['latest_step']}.\n\n"
+                      f"Final checkpoint: `{result['checkpoint_dir']}/{result['latest_checkpoint']}`"
+                      + (f"\n\nHugging Face export: `{result['hf_export']}`" if result.get("hf_export") else ""),
+                      "Training result")
+
+
+@flow(name="train", log_prints=True, persist_result=True)
+def train_flow(config: PipelineConfig | str = DEFAULT_CONFIG, mlflow_parent_run_id: str | None = None) -> dict:
+    """Launch the DeepSpeed training program, stream its logs, and report the final checkpoint."""
+    cfg = without_dropped_nodes(resolve_config(config, "train"))
+    with stage_run(cfg, "train", mlflow_parent_run_id) as run:
+        run.log_params({"model": cfg.model.model_dump(), "train": cfg.train.model_dump()})
+        with CheckpointAnnouncer(cfg, run.dir("train"), run.run_id):
+            result = monitored_training(run)
+        finish(run, result)
+    return result

@@ -1,0 +1,1 @@
+"""The eval stage: scoring exported checkpoints on held-out text and lm-eval tasks."""

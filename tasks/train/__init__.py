@@ -1,0 +1,1 @@
+"""The train stage: launching DeepSpeed ranks, watching them, recovering, exporting, plotting."""

@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 TORCH_VERSION     := 2.13.0
 DEEPSPEED_VERSION := 0.19.8
 
-.PHONY: install demo stop status test test-fast gpu-check clean-runs
+.PHONY: install demo demo-rollback stop status test test-fast gpu-check clean-runs
 
 install: $(STAMP)
 
@@ -24,6 +24,10 @@ $(STAMP): pyproject.toml Makefile
 
 demo: install
 	bash infra/local.sh demo configs/tiny.yaml
+
+# the demo with a loss spike injected at step 121: rollback and skip-ahead as sub-flows, marked on the loss plot
+demo-rollback: install
+	bash infra/local.sh demo-rollback
 
 stop:
 	bash infra/local.sh down

@@ -18,8 +18,9 @@ import torch.distributed as dist  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from model.data import TokenDataset  # noqa: E402
-from model.llama import ModelArgs, Transformer  # noqa: E402
+from model.llama import Transformer  # noqa: E402
 from model.optimizer import with_optimizer  # noqa: E402
+from model.spec import Spec  # noqa: E402
 
 
 def main() -> None:
@@ -28,17 +29,17 @@ def main() -> None:
     parser.add_argument("--steps", type=int, required=True)
     parser.add_argument("--local_rank", type=int, default=None)
     args = parser.parse_args()
-    spec = json.loads(Path(args.spec).read_text())
-    t = spec["train"]
+    spec = Spec.load(Path(args.spec))
+    t = spec.train
     deepspeed.init_distributed(dist_backend="gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    torch.manual_seed(t["seed"])
-    model = Transformer(ModelArgs(**spec["model"]))
-    ds_config, _ = with_optimizer(spec["deepspeed"], t.get("optimizer", "auto"), t["accelerator"])
+    torch.manual_seed(t.seed)
+    model = Transformer(spec.model)
+    ds_config, _ = with_optimizer(spec.deepspeed, t.optimizer, t.accelerator)
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config)
-    data = TokenDataset(spec["tokens_dir"], t["seq_len"])
-    micro, accum = t["micro_batch_size"], t["grad_accum"]
-    rng = np.random.default_rng(t["seed"])
+    data = TokenDataset(spec.data.tokens_dir, spec.data.seq_len)
+    micro, accum = t.micro_batch_size, t.grad_accum
+    rng = np.random.default_rng(t.seed)
     stamps = [time.perf_counter()]
     for _ in range(args.steps):
         for _ in range(accum):

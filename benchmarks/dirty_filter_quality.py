@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks._corpus import benchmark_parser  # noqa: E402
 from benchmarks._quality_data import clean_corpora, labeled_sets, rate, split  # noqa: E402
-from pretrain.config import DirtyRule as DirtySettings  # noqa: E402
+from pretrain.config import DirtySettings  # noqa: E402
 from tasks.clean.channel import detect_channel  # noqa: E402
 from tasks.clean.features import DocFeatures  # noqa: E402
 from tasks.clean.normalize import normalize_text  # noqa: E402

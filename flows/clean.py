@@ -8,10 +8,12 @@ from prefect import flow, task
 from flows.common import DEFAULT_CONFIG, stage_run, table_artifact
 from flows.executors import map_on
 from flows.progress import StageProgress
+from flows.versions import planned_version, record, reused
 from pretrain.config import CleanConfig, PipelineConfig, resolve_config
 from tasks.clean.shards import ShardSpec, clean_shard
 from tasks.clean.stage import complete, prepare
 from tasks.common.failures import retry_if_transient
+from tasks.common.outputs import read_json
 
 OUTPUTS = ("manifest.json", "stats.parquet", "samples.parquet")
 
@@ -53,9 +55,13 @@ def decontamination_rows(report: dict) -> list[dict]:
 
 
 @flow(name="clean", log_prints=True, persist_result=True)
-def clean_flow(config: PipelineConfig | str = DEFAULT_CONFIG, mlflow_parent_run_id: str | None = None) -> dict:
+def clean_flow(config: PipelineConfig | str = DEFAULT_CONFIG, mlflow_parent_run_id: str | None = None,
+               force: bool = False) -> dict:
     """Read, normalize, tag, filter and deduplicate the corpus into kept/rejected Parquet."""
     cfg = resolve_config(config, "clean")
+    version = planned_version(cfg, "clean")
+    if reused(cfg, "clean", version, force):
+        return read_json(cfg.run_root_path() / "clean" / "manifest.json")
     with stage_run(cfg, "clean", mlflow_parent_run_id) as run:
         out = run.dir("clean")
         specs, work_dir = plan_task(cfg.clean, str(out))
@@ -69,4 +75,5 @@ def clean_flow(config: PipelineConfig | str = DEFAULT_CONFIG, mlflow_parent_run_
                        + decontamination_rows(manifest["decontamination"]),
                        f"Cleaning: {manifest['docs_in']} in = {manifest['kept']} kept + {manifest['rejected']} rejected"
                        f" ({manifest['shards']} shards, {manifest['shards_skipped']} reused)")
+        record(run, "clean", version)
     return manifest

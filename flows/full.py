@@ -10,28 +10,37 @@ from __future__ import annotations
 from prefect import flow
 
 from flows.clean import clean_flow
-from flows.common import DEFAULT_CONFIG, markdown_artifact, mlflow_run
+from flows.common import DEFAULT_CONFIG, markdown_artifact, mlflow_run, table_artifact
 from flows.preflight import preflight_flow
 from flows.tokenizer import tokenizer_flow
 from flows.tokens import tokenize_flow
 from flows.train import train_flow
 from pretrain.config import PipelineConfig, resolve_config
+from tasks.common.versions import STAGES, status
 
 
 @flow(name="pretrain", log_prints=True)
-def pretrain(config: PipelineConfig | str = DEFAULT_CONFIG) -> dict:
-    """Turn the configured raw corpus into a trained, tracked model."""
-    cfg = resolve_config(config, "run")
+def pretrain(config: PipelineConfig | str = DEFAULT_CONFIG, force: list[str] | None = None) -> dict:
+    """Turn the configured raw corpus into a trained, tracked model. A stage whose output is at the version this
+    config would produce is reused; `force` names stages to run again anyway."""
+    cfg, force = resolve_config(config, "run"), set(force or ())
+    if unknown := force - set(STAGES):
+        raise ValueError(f"force names no stage: {sorted(unknown)}; stages are {list(STAGES)}")
     run = mlflow_run(cfg, cfg.name, None, {"run_root": str(cfg.run_root_path())})
     run.log_params({"run_root": str(run.root), "name": cfg.name})
+    stages = status(cfg)
+    table_artifact(run, "status", stages, "Stages at the start of this run: up to date (reused), would rerun "
+                   "(and why), missing" + (f"; forced: {sorted(force)}" if force else ""))
+    # preflight gates training: with training up to date (and not forced) there is nothing to check the cluster for
+    check_cluster = "train" in force or next(r for r in stages if r["stage"] == "preflight")["state"] == "will run"
     ok = False
     try:
         summary = {
-            "clean": clean_flow(cfg, run.run_id),
-            "tokenizer": tokenizer_flow(cfg, run.run_id),
-            "tokenize": tokenize_flow(cfg, run.run_id),
-            "preflight": preflight_flow(cfg, run.run_id),
-            "train": train_flow(cfg, run.run_id),
+            "clean": clean_flow(cfg, run.run_id, "clean" in force),
+            "tokenizer": tokenizer_flow(cfg, run.run_id, "tokenizer" in force),
+            "tokenize": tokenize_flow(cfg, run.run_id, "tokenize" in force),
+            "preflight": preflight_flow(cfg, run.run_id) if check_cluster else {"skipped": "training is up to date"},
+            "train": train_flow(cfg, run.run_id, "train" in force),
         }
         ok = True
     finally:

@@ -6,7 +6,9 @@ from pathlib import Path
 from prefect import flow, task
 
 from flows.common import DEFAULT_CONFIG, markdown_artifact, stage_run
+from flows.versions import planned_version, record, reused
 from pretrain.config import PipelineConfig, resolve_config
+from tasks.common.outputs import read_json
 from tasks.tokenizer.train import run_tokenizer
 
 OUTPUTS = ("tokenizer.json", "report.json", "report.md", "training_sample.parquet")
@@ -20,9 +22,13 @@ def tokenizer_task(cfg: PipelineConfig, clean_dir: str, out_dir: str) -> dict:
 
 
 @flow(name="tokenizer", log_prints=True, persist_result=True)
-def tokenizer_flow(config: PipelineConfig | str = DEFAULT_CONFIG, mlflow_parent_run_id: str | None = None) -> dict:
+def tokenizer_flow(config: PipelineConfig | str = DEFAULT_CONFIG, mlflow_parent_run_id: str | None = None,
+                   force: bool = False) -> dict:
     """Train the byte-level BPE tokenizer on the cleaned text and report its compression."""
     cfg = resolve_config(config, "tokenizer")
+    version = planned_version(cfg, "tokenizer")
+    if reused(cfg, "tokenizer", version, force):
+        return read_json(cfg.run_root_path() / "tokenizer" / "report.json")
     with stage_run(cfg, "tokenizer", mlflow_parent_run_id) as run:
         out = run.dir("tokenizer")
         report = tokenizer_task(cfg, str(run.dir("clean")), str(out))
@@ -30,4 +36,5 @@ def tokenizer_flow(config: PipelineConfig | str = DEFAULT_CONFIG, mlflow_parent_
         run.log_files(out, OUTPUTS, "tokenizer")
         markdown_artifact(run, "tokenizer", (out / "report.md").read_text(encoding="utf-8"),
                           "Tokenizer report on held-out text")
+        record(run, "tokenizer", version)
     return report

@@ -13,8 +13,10 @@ from prefect import flow, task
 from flows.common import DEFAULT_CONFIG, StageRun, stage_run, table_artifact
 from flows.executors import map_on
 from flows.progress import StageProgress
+from flows.versions import planned_version, record, reused
 from pretrain.config import PipelineConfig, TokenizeConfig, resolve_config
 from tasks.common.failures import retry_if_transient
+from tasks.common.outputs import read_json
 from tasks.tokenize import complete, plan_reject_counts, prepare
 from tasks.tokenize.parts import PartSettings, PartSpec, tokenize_part
 from tasks.tokenize.rejects import RULE_TOKENS, RejectSpec, count_rejected, rule_table
@@ -46,7 +48,7 @@ def complete_task(cfg: TokenizeConfig, specs: list[PartSpec], metas: list[dict],
     return complete(cfg, specs, metas, settings, Path(clean_dir), Path(work_dir), Path(out_dir), counted)
 
 
-def record(run: StageRun, manifest: dict, reused: int, parts: int) -> None:
+def record_manifest(run: StageRun, manifest: dict, reused: int, parts: int) -> None:
     """The manifest's totals in MLflow and the shard table in the Prefect UI."""
     run.log_metrics({"total_tokens": manifest["total_tokens"], "total_docs": manifest["total_docs"],
                      "shards": len(manifest["shards"]), "tokens_by_channel": manifest["tokens_by_channel"],
@@ -66,9 +68,13 @@ def record_rejected(run: StageRun, manifest: dict) -> None:
 
 
 @flow(name="tokenize", log_prints=True, persist_result=True)
-def tokenize_flow(config: PipelineConfig | str = DEFAULT_CONFIG, mlflow_parent_run_id: str | None = None) -> dict:
+def tokenize_flow(config: PipelineConfig | str = DEFAULT_CONFIG, mlflow_parent_run_id: str | None = None,
+                  force: bool = False) -> dict:
     """Encode the cleaned corpus into Arrow IPC token shards with a manifest."""
     cfg = resolve_config(config, "tokenize")
+    version = planned_version(cfg, "tokenize")
+    if reused(cfg, "tokenize", version, force):
+        return summary(read_json(cfg.run_root_path() / "tokens" / "manifest.json"))
     with stage_run(cfg, "tokenize", mlflow_parent_run_id) as run:
         clean_dir, out = str(run.dir("clean")), str(run.dir("tokens"))
         specs, settings, work_dir = plan_parts_task(cfg.tokenize, clean_dir, str(run.dir("tokenizer")), out)
@@ -80,7 +86,12 @@ def tokenize_flow(config: PipelineConfig | str = DEFAULT_CONFIG, mlflow_parent_r
                          [{"spec": spec, "settings": settings, "work_dir": work_dir} for spec in rejects])
         manifest = complete_task(cfg.tokenize, specs, metas, settings, clean_dir, work_dir, out,
                                  counted if cfg.tokenize.count_rejected_tokens else None)
-        record(run, manifest, sum(bool(m.get("skipped")) for m in metas), len(specs))
+        record_manifest(run, manifest, sum(bool(m.get("skipped")) for m in metas), len(specs))
         if cfg.tokenize.count_rejected_tokens:
             record_rejected(run, manifest)
+        record(run, "tokenize", version)
+    return summary(manifest)
+
+
+def summary(manifest: dict) -> dict:
     return {k: manifest[k] for k in ("total_tokens", "total_docs", "version", "tokens_by_channel")}

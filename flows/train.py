@@ -13,10 +13,12 @@ from prefect.artifacts import create_markdown_artifact
 from flows.common import DEFAULT_CONFIG, StageRun, artifact_key, markdown_artifact, stage_run
 from flows.events import CheckpointAnnouncer
 from flows.progress import StageProgress
-from model.redact import redact
+from flows.versions import log_lineage, planned_version, record, reused
+from model.protocol import SPEC_FILE
+from model.spec import Spec
 from pretrain.config import PipelineConfig, resolve_config
 from tasks.common.failures import retry_if_transient
-from tasks.common.outputs import write_json
+from tasks.common.outputs import read_json, write_json
 from tasks.preflight.suite import without_dropped_nodes
 from tasks.train.export import export_run_checkpoint
 from tasks.train.loss_plot import loss_plot
@@ -47,9 +49,10 @@ def rollback_flow(decision: dict, train_dir: str, key_prefix: str = "train") -> 
 
 
 @flow(name="skip-ahead", log_prints=True)
-def skip_ahead_flow(decision: dict, tokens_dir: str, train_cfg: dict, key_prefix: str = "train") -> dict:
-    """Record the skipped sample range and what it covers (documents, sources, channels) for the cleaning stage."""
-    report = skipped_data_report(Path(tokens_dir), train_cfg, [decision["skip"]])
+def skip_ahead_flow(decision: dict, train_dir: str, key_prefix: str = "train") -> dict:
+    """Record the skipped sample range and what it covers (documents, sources, channels) for the cleaning stage,
+    in the data order of the launch that hit it (its spec)."""
+    report = skipped_data_report(Spec.load(Path(train_dir) / SPEC_FILE).data, [decision["skip"]])
     lr = f"; learning rate x{decision['lr_scale']}" if decision["lr_scale"] != 1.0 else ""
     create_markdown_artifact(key=f"{key_prefix}-skip-ahead-{decision['attempt']}", description="Skip-ahead", markdown=(
         f"**Skipped** sampler positions {decision['skip'][0]}..{decision['skip'][1]} "
@@ -80,12 +83,12 @@ class Attempts:
 
 def monitored_training(run: StageRun) -> dict:
     """Train under the recovery loop; each rollback and skip-ahead runs as a sub-flow of this flow."""
-    cfg, tokens_dir, attempts = run.cfg, run.dir("tokens"), Attempts(run)
+    cfg, attempts = run.cfg, Attempts(run)
 
     def rollback_and_skip(decision, out_dir: Path) -> list[str]:
         record = decision.record()
         abandoned = rollback_flow(record, str(out_dir), artifact_key(cfg, "train"))
-        skip_ahead_flow(record, str(tokens_dir), redact(cfg.train.model_dump()), artifact_key(cfg, "train"))
+        skip_ahead_flow(record, str(out_dir), artifact_key(cfg, "train"))
         return abandoned
 
     progress, logger = StageProgress(cfg, "train", cfg.train.steps, "steps", every_s=10.0), get_run_logger()
@@ -97,7 +100,7 @@ def monitored_training(run: StageRun) -> dict:
 
     ok = False
     try:
-        result = run_monitored(cfg.model, cfg.train, run.dir("tokenizer"), tokens_dir, run.dir("train"),
+        result = run_monitored(cfg.model, cfg.train, run.dir("tokenizer"), run.dir("tokens"), run.dir("train"),
                                run.rank_env(), log_line=log_line, rollback=rollback_and_skip,
                                env_for_attempt=attempts.env_for)
         ok = True
@@ -123,12 +126,19 @@ def finish(run: StageRun, result: dict) -> None:
 
 
 @flow(name="train", log_prints=True, persist_result=True)
-def train_flow(config: PipelineConfig | str = DEFAULT_CONFIG, mlflow_parent_run_id: str | None = None) -> dict:
+def train_flow(config: PipelineConfig | str = DEFAULT_CONFIG, mlflow_parent_run_id: str | None = None,
+               force: bool = False) -> dict:
     """Launch the DeepSpeed training program, stream its logs, and report the final checkpoint."""
-    cfg = without_dropped_nodes(resolve_config(config, "train"))
+    cfg = resolve_config(config, "train")
+    version = planned_version(cfg, "train")  # of the config as written: dropping a failing node changes no version
+    if reused(cfg, "train", version, force):
+        return read_json(cfg.run_root_path() / "train" / "result.json")
+    cfg = without_dropped_nodes(cfg)
     with stage_run(cfg, "train", mlflow_parent_run_id) as run:
         run.log_params({"model": cfg.model.model_dump(), "train": cfg.train.model_dump()})
         with CheckpointAnnouncer(cfg, run.dir("train"), run.run_id):
             result = monitored_training(run)
         finish(run, result)
+        record(run, "train", version)
+        log_lineage(run, version, result)
     return result

@@ -6,6 +6,7 @@
 #   bash infra/local.sh up        start what is not running (idempotent)
 #   bash infra/local.sh deploy    register deployments/prefect.yaml
 #   bash infra/local.sh demo      up + deploy + run pretrain/full on configs/tiny.yaml and watch it
+#   bash infra/local.sh demo-rollback   the same with a loss spike injected: rollback and skip-ahead to watch
 #   bash infra/local.sh status    what is running
 #   bash infra/local.sh down      stop everything `up` started
 #
@@ -102,9 +103,11 @@ down() {
 demo() {
   up
   deploy
-  local config="${1:-configs/tiny.yaml}" out="$STATE/logs/demo-run.log"
+  local config="${1:-configs/tiny.yaml}" out="$STATE/logs/demo-run.log" extra=()
+  # DEMO_ENV: a JSON object of environment variables for the flow run (demo-rollback injects a loss spike)
+  [[ -n "${DEMO_ENV:-}" ]] && extra=(--job-variable "env=$DEMO_ENV")
   set +e
-  "$BIN/prefect" deployment run pretrain/full -p config="$config" --watch 2>&1 | tee "$out"
+  "$BIN/prefect" deployment run pretrain/full -p config="$config" "${extra[@]}" --watch 2>&1 | tee "$out"
   local status=${PIPESTATUS[0]}
   set -e
   local run_id run_root exp_id
@@ -126,7 +129,11 @@ case "${1:-}" in
   up) up ;;
   deploy) deploy ;;
   demo) shift; demo "$@" ;;
+  # the spike hits the samples of step 121 (8 a step: 2 ranks x 4); see configs/tiny-rollback.yaml
+  demo-rollback) DEMO_ENV='{"PRETRAIN_SPIKE_POSITIONS": "960-968"}' demo configs/tiny-rollback.yaml
+                 echo "Rollback: the train sub-flow's 'rollback' and 'skip-ahead' sub-flows and their artifacts in Prefect;"
+                 echo "          loss.png and recovery.jsonl in the MLflow run tiny-rollback/train" ;;
   status) status ;;
   down) down ;;
-  *) echo "usage: $0 up|deploy|demo [config]|status|down" >&2; exit 2 ;;
+  *) echo "usage: $0 up|deploy|demo [config]|demo-rollback|status|down" >&2; exit 2 ;;
 esac

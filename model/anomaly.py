@@ -19,21 +19,18 @@ from collections import deque
 from dataclasses import asdict, dataclass, field
 
 
-@dataclass
+@dataclass(frozen=True)
 class DetectorSettings:
-    window: int = 50
-    warmup: int = 20
-    loss_ratio: float = 2.0
-    loss_zscore: float = 6.0
-    grad_ratio: float = 10.0
-    channel_ratio: float = 2.5
-    patience: int = 1
-    divergence_window: int = 0      # steps; 0: off
-    onset_grad_ratio: float = 2.0   # grad norm above this x median marks the start of trouble
-
-    @classmethod
-    def from_dict(cls, d: dict | None) -> "DetectorSettings":
-        return cls(**(d or {}))
+    """train.anomaly of the config (its descriptions say what each means), as the program reads it."""
+    window: int
+    warmup: int
+    loss_ratio: float
+    loss_zscore: float
+    grad_ratio: float
+    channel_ratio: float
+    patience: int
+    divergence_window: int
+    onset_grad_ratio: float
 
 
 @dataclass

@@ -5,7 +5,6 @@ the end of each channel's data), so the figures line up with the in-training eva
 """
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -14,14 +13,15 @@ import torch
 from model import checkpoint as ckpt
 from model.data import training_dataset
 from model.export_hf import load_checkpoint_state
-from model.llama import ModelArgs, Transformer
+from model.llama import Transformer
 from model.loss import token_cross_entropy
 from model.protocol import SPEC_FILE
+from model.spec import Spec
 
 
-def load_model(train_dir: Path, tag: str, device: str) -> tuple[Transformer, dict]:
-    spec = json.loads((Path(train_dir) / SPEC_FILE).read_text())
-    model = Transformer(ModelArgs(**spec["model"]))
+def load_model(train_dir: Path, tag: str, device: str) -> tuple[Transformer, Spec]:
+    spec = Spec.load(Path(train_dir) / SPEC_FILE)
+    model = Transformer(spec.model)
     model.load_state_dict(load_checkpoint_state(Path(train_dir) / "checkpoints", tag))
     return model.to(device).eval(), spec
 
@@ -46,16 +46,15 @@ def evaluate_checkpoint(train_dir: Path, tag: str | None = None, device: str = "
     ckpt_dir = Path(train_dir) / "checkpoints"
     tag = ckpt.complete_tag(ckpt_dir, tag)
     model, spec = load_model(train_dir, tag, device)
-    t = spec["train"]
-    if not t.get("eval_samples_per_channel"):
+    if not spec.data.eval_samples_per_channel:
         raise ValueError(f"{train_dir} was trained without a held-out set (train.eval_samples_per_channel: 0); "
                          f"nothing unseen to score it on. Set it above 0 for the next run")
-    dataset = training_dataset(spec["tokens_dir"], t)
+    dataset = training_dataset(spec.data.tokens_dir, spec.data)
     result = {"tag": tag, "step": ckpt.read_meta(ckpt_dir, tag)["step"], "ppl": {}, "loss": {}, "tokens": {}}
     for channel, count in sorted(dataset.eval_counts.items()):
         count = min(count, max_samples_per_channel or count)
         stream = torch.from_numpy(dataset.eval_tokens(channel))
-        loss, n = channel_loss(model, stream, count, t["seq_len"], batch, device)
+        loss, n = channel_loss(model, stream, count, spec.data.seq_len, batch, device)
         result["loss"][channel], result["tokens"][channel] = loss / n, n
         result["ppl"][channel] = math.exp(loss / n)
     return result

@@ -25,8 +25,9 @@ import numpy as np
 import pyarrow as pa
 
 from model.permutation import FeistelPermutation
+from model.spec import DataSpec
+from pretrain.channels import CHANNELS
 
-CHANNELS = ("zh", "en", "code", "other")
 MANIFEST = "manifest.json"
 PoolBy = Literal["all", "channel", "source"]
 
@@ -400,15 +401,13 @@ def rank_slice(batch: list[int], rank: int, world_size: int) -> list[int]:
     return batch[rank * per_rank:(rank + 1) * per_rank]
 
 
-def training_dataset(tokens_dir: str | Path, train: dict) -> TokenDataset:
-    """The dataset as training sees it (pools of the mixture, the held-out samples set aside), from the train
-    settings: every reader of sampler positions (training, skip reports, the eval flow) builds it here."""
-    mixture = train.get("mixture")
-    return TokenDataset(tokens_dir, train["seq_len"], pool_by=mixture["by"] if mixture else "all",
-                        eval_samples_per_channel=train.get("eval_samples_per_channel", 0))
+def training_dataset(tokens_dir: str | Path, data: DataSpec) -> TokenDataset:
+    """The dataset as training sees it (pools of the mixture, the held-out samples set aside), from the run's
+    model.spec.DataSpec: every reader of sampler positions (training, skip reports, the eval flow) builds it here.
+    tokens_dir: the shards the data spec names, or a staged copy of them."""
+    return TokenDataset(tokens_dir, data.seq_len, pool_by=data.pool_by,
+                        eval_samples_per_channel=data.eval_samples_per_channel)
 
 
-def training_sampler(dataset: TokenDataset, train: dict, state: SamplerState | None = None) -> GlobalSampler:
-    mixture = train.get("mixture")
-    return sampler_for(dataset, train["seed"], state, weights=mixture["weights"] if mixture else None,
-                       order=train.get("data_order", "feistel"))
+def training_sampler(dataset: TokenDataset, data: DataSpec, state: SamplerState | None = None) -> GlobalSampler:
+    return sampler_for(dataset, data.seed, state, weights=data.weights, order=data.data_order)

@@ -21,6 +21,7 @@ from model.data import CHANNELS, SamplerState
 from model.guard import fault_point
 from model.loss import token_cross_entropy
 from model.schedule import cosine_lr, wsd_lr
+from model.spec import TrainSpec
 from model.straggler import LocalTime
 
 N_CHANNELS = len(CHANNELS)
@@ -50,12 +51,12 @@ class Agreement:
     rank_own_s: list[float] | None = None  # with them: each rank's own seconds per step (model/straggler.py)
 
 
-def lr_at(step: int, t: dict) -> float:
-    scale = t.get("lr_scale", 1.0)
-    if t.get("schedule", "cosine") == "wsd":
-        return scale * wsd_lr(step, lr=t["lr"], min_lr=t["min_lr"], warmup=t["warmup_steps"], total=t["steps"],
-                              decay_frac=t.get("decay_frac", 0.2))
-    return scale * cosine_lr(step, lr=t["lr"], min_lr=t["min_lr"], warmup=t["warmup_steps"], total=t["steps"])
+def lr_at(step: int, t: TrainSpec, scale: float = 1.0) -> float:
+    """The schedule's learning rate at a step, times the scale an escalating recovery lowered it by."""
+    if t.schedule == "wsd":
+        return scale * wsd_lr(step, lr=t.lr, min_lr=t.min_lr, warmup=t.warmup_steps, total=t.steps,
+                              decay_frac=t.decay_frac)
+    return scale * cosine_lr(step, lr=t.lr, min_lr=t.min_lr, warmup=t.warmup_steps, total=t.steps)
 
 
 def add_channel_sums(stats: torch.Tensor, per_token: torch.Tensor, channels: torch.Tensor) -> None:
@@ -75,35 +76,43 @@ def step_loss(engine, tokens: torch.Tensor, channels: torch.Tensor, stats: torch
     return per_token.mean()
 
 
-def nan_injected(positions: list[int]) -> bool:
-    """Fault injection: PRETRAIN_NAN_POSITIONS="a-b" makes the loss NaN when a sample of positions [a, b) is trained on."""
-    spec = os.environ.get("PRETRAIN_NAN_POSITIONS")
+SPIKE_FACTOR = 10.0  # an injected spike: the loss (and so its gradient) this many times what it was
+
+
+def injected(variable: str, positions: list[int]) -> bool:
+    """Fault injection for drills and the rollback demo: with PRETRAIN_NAN_POSITIONS="a-b" the loss is NaN, with
+    PRETRAIN_SPIKE_POSITIONS="a-b" it spikes, when a sample of sampler positions [a, b) is trained on."""
+    spec = os.environ.get(variable)
     if not spec:
         return False
     a, b = (int(x) for x in spec.split("-"))
     return any(a <= p < b for p in positions)
 
 
-def train_step(engine, batches: BatchPrefetcher, t: dict, step: int) -> tuple[PendingStep, SamplerState]:
+def train_step(engine, batches: BatchPrefetcher, t: TrainSpec, step: int, lr_scale: float = 1.0
+               ) -> tuple[PendingStep, SamplerState]:
     """Forward, backward and optimizer step over the prefetched global batch; returns the step's figures (on the
     device) and the data position after it."""
     started = time.perf_counter()
-    lr = lr_at(step, t)
+    lr = lr_at(step, t, lr_scale)
     for group in engine.optimizer.param_groups:
         group["lr"] = lr
     fault_point("slow_rank", batches.rank)  # drills: a rank whose reads are slow
     batch = batches.next()
     own = LocalTime(data_s=time.perf_counter() - started)
-    poisoned = nan_injected(batch.positions)
+    poisoned = injected("PRETRAIN_NAN_POSITIONS", batch.positions)
+    spiked = injected("PRETRAIN_SPIKE_POSITIONS", batch.positions)
     stats = torch.zeros(STATS, device=engine.device)
     for tokens, channels in batch.micro:
         with own.span(engine.device):
             loss = step_loss(engine, tokens, channels, stats)
         if poisoned:
             loss = loss * float("nan")
+        elif spiked:
+            loss = loss * SPIKE_FACTOR
         engine.backward(loss)
         engine.step()
-        stats[0] += loss.detach() / t["grad_accum"]
+        stats[0] += loss.detach() / t.grad_accum
     norm = engine.get_global_grad_norm()
     norm = norm.detach().clone() if torch.is_tensor(norm) else norm
     return PendingStep(step + 1, stats, norm, lr, started, len(batch.positions), batch.position_start,

@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from model.anomaly import Anomaly, AnomalyDetector, DetectorSettings, StepRecord
+from model.anomaly import Anomaly, AnomalyDetector, StepRecord
 from model.batches import BatchPrefetcher
 from model.comm import Comm
 from model.comm_profile import profile_steps
@@ -38,11 +38,12 @@ from model.data import (DataError, GlobalSampler, SamplerState, TokenDataset, re
                         training_sampler)
 from model.evaluate import local_eval_sums, reduce_eval
 from model.guard import Guard, fault_point
-from model.llama import ModelArgs, Transformer, count_parameters, flops_per_token
+from model.llama import Transformer, count_parameters, flops_per_token
 from model.mirror import Mirror
 from model.optimizer import with_optimizer
 from model.perf import device_name, memory_gb, mfu, peak_tflops
 from model.safe_load import force_weights_only
+from model.spec import Spec, TrainSpec
 from model.checkpoint import latest_complete
 from model.protocol import (EVENTS_FILE, EXIT_ANOMALY, EXIT_CONFIG, EXIT_DONE, EXIT_STOPPED, EXIT_UNSAVED, METRICS_FILE,
                             MIRROR_URL_ENV, load_secrets)
@@ -52,22 +53,6 @@ from model.straggler import StragglerWatch, rank_figures
 from model.tracking import NullTracker, Rank0Tracker
 from model.train_state import ResumeMismatch, resume, room_to_save, save
 from model.watchdog import HangWatch
-
-
-@dataclass
-class Spec:
-    model: ModelArgs
-    train: dict
-    deepspeed: dict
-    tokens_dir: Path
-    out_dir: Path
-    manifest_version: str
-
-    @classmethod
-    def load(cls, path: Path) -> "Spec":
-        raw = json.loads(Path(path).read_text())
-        return cls(ModelArgs(**raw["model"]), raw["train"], raw["deepspeed"], Path(raw["tokens_dir"]),
-                   Path(raw["out_dir"]), raw["manifest_version"])
 
 
 class StopFlag:
@@ -122,13 +107,14 @@ class StopFlag:
 
 def tokens_dir_for(spec: Spec, comm: Comm) -> Path:
     """Where ranks read the shards: in place, or a copy that local rank 0 of each node makes first."""
-    stage_root = spec.train.get("stage_data_dir")
+    stage_root = spec.data.stage_data_dir
+    tokens_dir = Path(spec.data.tokens_dir)
     if not stage_root:
-        return spec.tokens_dir
+        return tokens_dir
     failed = 0.0
     if int(os.environ.get("LOCAL_RANK", "0")) == 0:
         try:
-            dest = stage_tokens(spec.tokens_dir, Path(stage_root))
+            dest = stage_tokens(tokens_dir, Path(stage_root))
             print(f"staged token shards to {dest}", flush=True)
         except (StagingError, OSError) as err:
             print(f"error: staging the token shards failed: {err}", file=sys.stderr, flush=True)
@@ -137,7 +123,7 @@ def tokens_dir_for(spec: Spec, comm: Comm) -> Path:
     if failed_nodes:
         raise StagingError(f"staging the token shards to {stage_root} failed on {int(failed_nodes)} node(s); "
                            f"see their logs")
-    return staged_path(Path(stage_root), read_manifest(spec.tokens_dir))
+    return staged_path(Path(stage_root), read_manifest(tokens_dir))
 
 
 def mixture_plan(dataset: TokenDataset, sampler: GlobalSampler, planned_samples: int) -> str:
@@ -169,7 +155,7 @@ class Loop:
     stragglers: StragglerWatch | None = None
 
     @property
-    def t(self) -> dict:
+    def t(self) -> TrainSpec:
         return self.spec.train
 
     @property
@@ -177,13 +163,13 @@ class Loop:
         return self.comm.rank
 
     def logged(self, step: int) -> bool:
-        return step % self.t["log_every"] == 0 or step == self.first_step + 1
+        return step % self.t.log_every == 0 or step == self.first_step + 1
 
     def eval_due(self, step: int) -> bool:
-        return bool(self.t.get("eval_every")) and step % self.t["eval_every"] == 0
+        return bool(self.t.eval_every) and step % self.t.eval_every == 0
 
     def save_due(self, step: int) -> bool:
-        return step == self.t["steps"] or step % self.t["save_every"] == 0
+        return step == self.t.steps or step % self.t.save_every == 0
 
     def figures_due(self, step: int) -> bool:
         """The pending figures must reach the host: to be logged, or before an eval or a checkpoint."""
@@ -208,7 +194,7 @@ def report_step(loop: Loop, step: int, metrics: dict) -> None:
     metrics.update(memory_gb())
     loop.tracker.log(step, metrics)
     if loop.rank == 0:
-        print(f"step {step}/{loop.t['steps']} loss={metrics['loss']:.4f} lr={metrics['lr']:.2e} "
+        print(f"step {step}/{loop.t.steps} loss={metrics['loss']:.4f} lr={metrics['lr']:.2e} "
               f"tok/s={metrics['tokens_per_s']:.0f}" + (f" mfu={util:.1%}" if util is not None else ""), flush=True)
 
 
@@ -218,7 +204,7 @@ def drain(loop: Loop, reduced: list[list[float]], rank_own_s: list[float] | None
     norms = grad_norms(loop.pending)
     found = None
     for p, figures, norm in zip(loop.pending, reduced, norms):
-        metrics = step_metrics(p, figures, norm, loop.comm.world, loop.t["seq_len"], loop.flops_per_token)
+        metrics = step_metrics(p, figures, norm, loop.comm.world, loop.spec.data.seq_len, loop.flops_per_token)
         if rank_own_s and p is loop.pending[-1]:
             metrics.update(rank_figures(rank_own_s))
             watch_stragglers(loop, p.step, rank_own_s)
@@ -248,7 +234,7 @@ def watch_stragglers(loop: Loop, step: int, rank_own_s: list[float]) -> None:
 def run_eval(engine, loop: Loop, step: int) -> None:
     def local():
         fault_point("eval", loop.rank)
-        return local_eval_sums(engine, loop.dataset, loop.t["micro_batch_size"], loop.rank, loop.comm.world)
+        return local_eval_sums(engine, loop.dataset, loop.t.micro_batch_size, loop.rank, loop.comm.world)
 
     result = reduce_eval(loop.comm, loop.guard.run("eval", local))  # every rank reaches the all-reduce
     if result is None:
@@ -264,7 +250,7 @@ def run_eval(engine, loop: Loop, step: int) -> None:
 
 def one_step(engine, loop: Loop, step: int, stop: StopFlag | None) -> tuple[bool, Anomaly | None]:
     """Train a step and agree on it: (a rank asked to stop, an anomaly the detector found)."""
-    pending, loop.position = train_step(engine, loop.batches, loop.t, step)
+    pending, loop.position = train_step(engine, loop.batches, loop.t, step, loop.spec.overrides.lr_scale)
     loop.pending.append(pending)
     requested = stop is not None and stop.requested  # read after the step: a SIGTERM during it stops after it
     agreed = agree(loop.comm, loop.pending, requested, loop.figures_due(step + 1))
@@ -277,7 +263,7 @@ def one_step(engine, loop: Loop, step: int, stop: StopFlag | None) -> tuple[bool
 
 def run_steps(engine, loop: Loop, model: torch.nn.Module, stop: StopFlag) -> int:
     t, mirror, saved = loop.t, loop.mirror, True
-    for step in range(loop.first_step, t["steps"]):
+    for step in range(loop.first_step, t.steps):
         fault_point(f"crash_at_step_{step + 1}", loop.rank)  # drills: a crash mid-run, after the checkpoints before it
         fault_point(f"hang_at_step_{step + 1}", loop.rank)  # drills: a rank that never comes back
         stopping, found = one_step(engine, loop, step, stop)
@@ -306,11 +292,11 @@ def run_steps(engine, loop: Loop, model: torch.nn.Module, stop: StopFlag) -> int
                 save(engine, loop.spec, step + 1, loop.position, loop.tracker, loop.comm, mirror)
     if not saved:  # the last step's checkpoint did not fit: the end of the work is not durable, and not a success
         durable = latest_complete(loop.spec.out_dir / "checkpoints")
-        loop.tracker.event({"event": "done_unsaved", "step": t["steps"], "last_durable_checkpoint": durable,
+        loop.tracker.event({"event": "done_unsaved", "step": t.steps, "last_durable_checkpoint": durable,
                             "reason": "low_disk"})
         finish(loop)
         return EXIT_UNSAVED
-    loop.tracker.event({"event": "done", "step": t["steps"], "callback_errors": loop.guard.failures})
+    loop.tracker.event({"event": "done", "step": t.steps, "callback_errors": loop.guard.failures})
     finish(loop)
     return EXIT_DONE
 
@@ -322,13 +308,14 @@ def slow_phase(loop: Loop, name: str) -> None:
 
 def profile_run(engine, loop: Loop) -> int:
     """Preflight's communication profile: a few steps as training runs them (each with its agreement), no checkpoint."""
-    steps = iter(range(loop.first_step, loop.first_step + loop.t["profile_steps"] + 1))
+    profiled = loop.spec.overrides.profile_steps
+    steps = iter(range(loop.first_step, loop.first_step + profiled + 1))
 
     def run_step():
         one_step(engine, loop, next(steps), None)
         loop.pending.clear()
 
-    result = profile_steps(run_step, loop.t["profile_steps"], loop.spec.out_dir, loop.comm)
+    result = profile_steps(run_step, profiled, loop.spec.out_dir, loop.comm)
     if loop.rank == 0:
         print(f"communication share of step time: {result['comm_share']:.1%} ({result['backend']})", flush=True)
     loop.comm.barrier()  # leave together (see the anomaly exit)
@@ -337,25 +324,18 @@ def profile_run(engine, loop: Loop) -> int:
 
 def announce(loop: Loop, model: torch.nn.Module, sampler: GlobalSampler, optimizer: str) -> None:
     t, world = loop.t, loop.comm.world
-    global_batch = t["micro_batch_size"] * world * t["grad_accum"]
+    global_batch = t.micro_batch_size * world * t.grad_accum
     if loop.rank == 0:
         print(f"params={count_parameters(model):,} samples={len(loop.dataset):,} world={world} "
               f"global_batch={global_batch} start_step={loop.first_step} device={device_name()} "
               f"peak_tflops={loop.peak_tflops} backend={loop.comm.backend} comm_device={loop.comm.device}", flush=True)
         print(f"optimizer: {optimizer}", flush=True)
-        print(mixture_plan(loop.dataset, sampler, global_batch * t["steps"]), flush=True)
+        print(mixture_plan(loop.dataset, sampler, global_batch * t.steps), flush=True)
         if loop.dataset.eval_counts:
-            print(f"eval: held-out samples per channel {loop.dataset.eval_counts}, every {t['eval_every']} steps",
+            print(f"eval: held-out samples per channel {loop.dataset.eval_counts}, every {t.eval_every} steps",
                   flush=True)
     loop.tracker.event({"event": "start", "step": loop.first_step, "world_size": world, "optimizer": optimizer,
                         "backend": loop.comm.backend})
-
-
-def detector_for(t: dict) -> AnomalyDetector | None:
-    anomaly = t.get("anomaly") or {}
-    if not anomaly.get("enabled", True):
-        return None
-    return AnomalyDetector(DetectorSettings.from_dict({k: v for k, v in anomaly.items() if k != "enabled"}))
 
 
 def train(spec: Spec) -> int:
@@ -365,32 +345,32 @@ def train(spec: Spec) -> int:
 
     t = spec.train
     force_weights_only()  # checkpoints on shared storage are data: DeepSpeed's loads too run no pickled code
-    deepspeed.init_distributed(dist_backend="gloo" if t["accelerator"] == "cpu" else "nccl",
-                               timeout=datetime.timedelta(minutes=t["timeout_minutes"]))
+    deepspeed.init_distributed(dist_backend="gloo" if t.accelerator == "cpu" else "nccl",
+                               timeout=datetime.timedelta(minutes=t.timeout_minutes))
     comm = Comm.current()
-    torch.manual_seed(t["seed"] + comm.rank)
-    dataset = training_dataset(tokens_dir_for(spec, comm), t)  # held-out samples set aside even without eval_every
+    torch.manual_seed(t.seed + comm.rank)
+    # held-out samples set aside even without eval_every
+    dataset = training_dataset(tokens_dir_for(spec, comm), spec.data)
     with torch.device(comm.device):  # initialized where it trains: seconds for 500M parameters on a GPU, not tens
-        model = Transformer(spec.model, activation_checkpointing=t["activation_checkpointing"])
-    ds_config, optimizer = with_optimizer(spec.deepspeed, t.get("optimizer", "auto"), t["accelerator"])
+        model = Transformer(spec.model, activation_checkpointing=t.activation_checkpointing)
+    ds_config, optimizer = with_optimizer(spec.deepspeed, t.optimizer, t.accelerator)
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config)
     tracker = Rank0Tracker(spec.out_dir, METRICS_FILE, EVENTS_FILE) if comm.rank == 0 else NullTracker()
     start_step, state = resume(engine, spec, comm)
-    sampler = training_sampler(dataset, t, state)
+    sampler = training_sampler(dataset, spec.data, state)
     on_gpu = comm.device.type == "cuda"
-    batches = BatchPrefetcher(dataset, sampler, comm.rank, comm.world, t["micro_batch_size"], t["grad_accum"],
+    batches = BatchPrefetcher(dataset, sampler, comm.rank, comm.world, t.micro_batch_size, t.grad_accum,
                               pin_memory=on_gpu, read_ahead=on_gpu)
-    mirror_url = os.environ.get(MIRROR_URL_ENV) or t.get("mirror_url")  # the spec's copy has no password
+    mirror_url = os.environ.get(MIRROR_URL_ENV) or t.mirror_url  # the spec's copy has no password
     mirror = Mirror(mirror_url, tracker.event) if mirror_url and comm.rank == 0 else None
-    loop = Loop(spec, dataset, batches, tracker, Guard(tracker.event), mirror, detector_for(t), comm, start_step,
-                state, flops_per_token(spec.model, t["seq_len"]),
-                peak_tflops(device_name(), t.get("peak_tflops_per_gpu")))
+    detector = AnomalyDetector(spec.anomaly) if spec.anomaly else None
+    loop = Loop(spec, dataset, batches, tracker, Guard(tracker.event), mirror, detector, comm, start_step,
+                state, flops_per_token(spec.model, spec.data.seq_len), peak_tflops(device_name(), t.peak_tflops_per_gpu))
     try:
-        if t.get("profile_steps"):
+        if spec.overrides.profile_steps:
             return profile_run(engine, loop)
-        loop.watch = HangWatch(spec.out_dir, comm.rank, comm.world, t.get("hang_timeout_s"),
-                               t.get("slow_phase_timeout_s", 1800.0))
-        loop.stragglers = StragglerWatch(t.get("straggler_ratio", 1.5), t.get("straggler_reports", 20))
+        loop.watch = HangWatch(spec.out_dir, comm.rank, comm.world, t.hang_timeout_s, t.slow_phase_timeout_s)
+        loop.stragglers = StragglerWatch(t.straggler_ratio, t.straggler_reports)
         announce(loop, model, sampler, optimizer)
         return run_steps(engine, loop, model, StopFlag())
     except BaseException:

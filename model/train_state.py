@@ -57,7 +57,7 @@ def save(engine, spec, step: int, position: SamplerState, tracker, comm: Comm, m
     ckpt_dir = spec.out_dir / "checkpoints"
     tag = f"step_{step:08d}"
     meta = {"step": step, "data_position": position.to_dict(), "manifest_version": spec.manifest_version,
-            "model": asdict(spec.model), "world_size": comm.world, "seed": spec.train["seed"]}
+            "model": asdict(spec.model), "world_size": comm.world, "seed": spec.train.seed}
     engine.save_checkpoint(str(ckpt_dir), tag=tag, client_state=meta, save_latest=False)
     torch.save(rng_state(), ckpt_dir / tag / f"rng_rank{comm.rank}.pt")
     fault_point("kill_during_save", comm.rank)
@@ -68,8 +68,8 @@ def save(engine, spec, step: int, position: SamplerState, tracker, comm: Comm, m
         tracker.event({"event": "checkpoint", "step": step, "tag": tag, "path": str(ckpt_dir / tag)})
         if mirror:
             mirror.submit(ckpt_dir, tag)
-        removed = ckpt.apply_retention(ckpt_dir, spec.train.get("keep_last", 3), spec.train.get("keep_every", 0),
-                                       mirror.in_flight() if mirror else set(), keep_abandoned(spec))
+        removed = ckpt.apply_retention(ckpt_dir, spec.train.keep_last, spec.train.keep_every,
+                                       mirror.in_flight() if mirror else set(), spec.train.keep_abandoned)
         if removed:
             tracker.event({"event": "checkpoints_removed", "step": step, "tags": removed})
     comm.barrier()
@@ -81,7 +81,7 @@ def room_to_save(spec, model: torch.nn.Module, tracker, comm: Comm, step: int) -
     ok = 1.0
     if comm.rank == 0:
         ckpt_dir = spec.out_dir / "checkpoints"
-        pruned = ckpt.prune_abandoned(ckpt_dir, keep_abandoned(spec))  # room first, from what retention removes anyway
+        pruned = ckpt.prune_abandoned(ckpt_dir, spec.train.keep_abandoned)  # room first, from what retention removes anyway
         if pruned:
             tracker.event({"event": "checkpoints_removed", "step": step, "tags": pruned})
         last = ckpt.latest_complete(ckpt_dir)
@@ -103,10 +103,10 @@ def room_to_save(spec, model: torch.nn.Module, tracker, comm: Comm, step: int) -
 def resume(engine, spec, comm: Comm) -> tuple[int, SamplerState]:
     """The step and data position to start from: the named or newest complete checkpoint, else the beginning."""
     ckpt_dir = spec.out_dir / "checkpoints"
-    named = spec.train.get("resume_tag")
+    named = spec.train.resume_tag
     tag = named or ckpt.latest_complete(ckpt_dir)
     if tag is None:
-        return 0, with_skips(SamplerState(order=data_order(spec)), spec.train.get("skip_ranges", []))
+        return 0, with_skips(SamplerState(order=spec.data.data_order), spec.overrides.skip_ranges)
     meta = checked_meta(spec, ckpt_dir, tag)
     path, _ = engine.load_checkpoint(str(ckpt_dir), tag=tag)
     if path is None:  # DeepSpeed returns (None, None) on a missing tag and would train from scratch
@@ -116,24 +116,16 @@ def resume(engine, spec, comm: Comm) -> tuple[int, SamplerState]:
         restore_rng(rng_file)
     if comm.rank == 0:
         print(f"resumed from {tag} at step {meta['step']}", flush=True)
-    return meta["step"], with_skips(checked_position(meta, ckpt_dir / tag, spec), spec.train.get("skip_ranges", []))
-
-
-def keep_abandoned(spec) -> int:
-    return (spec.train.get("recovery") or {}).get("keep_abandoned", 1)
-
-
-def data_order(spec) -> str:
-    return spec.train.get("data_order", "feistel")
+    return meta["step"], with_skips(checked_position(meta, ckpt_dir / tag, spec), spec.overrides.skip_ranges)
 
 
 def checked_position(meta: dict, ckpt_path: Path, spec) -> SamplerState:
     """The checkpoint's data position, refused when it was counted in another data order than the run's:
     the same position would name other samples, and data would silently repeat or be left out."""
     state = SamplerState.from_dict(meta["data_position"])
-    if state.order != data_order(spec):
+    if state.order != spec.data.data_order:
         raise ResumeMismatch(f"checkpoint {ckpt_path} counts data positions in the {state.order!r} order, the run "
-                             f"is set to train.data_order={data_order(spec)!r}; set train.data_order: {state.order} "
+                             f"is set to train.data_order={spec.data.data_order!r}; set train.data_order: {state.order} "
                              f"to finish this run in the order it started with, or start a new run_root")
     return state
 

@@ -46,6 +46,17 @@ def build_parser() -> argparse.ArgumentParser:
     for name in STAGES + ("run",):
         p = sub.add_parser(name, help="the whole pipeline" if name == "run" else f"the {name} stage alone")
         p.add_argument("--config", required=True, help="pipeline YAML, e.g. configs/tiny.yaml")
+        if name != "preflight":  # preflight runs every time
+            p.add_argument("--force", action="append", default=[], metavar="STAGE",
+                           choices=[s for s in STAGES if s != "preflight"] if name == "run" else [name],
+                           help="run this stage even when its output is up to date (repeatable)")
+    st = sub.add_parser("status", help="per stage: up to date, would rerun (and why) or missing; runs nothing")
+    st.add_argument("--config", required=True)
+    st.add_argument("--json", action="store_true", help="print the rows as JSON")
+    lin = sub.add_parser("lineage", help="from the registered model (alias newest) back to its training run, the "
+                         "stage runs at the versions it was trained on, and the clean manifest")
+    lin.add_argument("--config", required=True)
+    lin.add_argument("--alias", default="newest")
     ev = sub.add_parser("eval", help="score a saved checkpoint on held-out data (and lm-eval tasks), log it to MLflow")
     ev.add_argument("--config", required=True)
     ev.add_argument("--checkpoint", default=None, help="checkpoint tag; default: the newest complete one")
@@ -132,6 +143,32 @@ def check_config_command(cfg) -> int:
     return 2 if problems else 0
 
 
+def status_command(cfg, as_json: bool) -> int:
+    from tasks.common.versions import status
+
+    rows = status(cfg)
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    for r in rows:
+        print(f"{r['stage']:<10} {r['state']:<16} {r['expected'] or '':<17} {r['why']}")
+    return 0
+
+
+def lineage_command(cfg, alias: str) -> int:
+    from flows import tracking
+    from flows.versions import lineage
+
+    try:
+        found = lineage(tracking.tracking_uri(cfg), cfg.name, alias)
+    except Exception as err:  # MlflowException (no such model or alias) or LookupError (a stage run is gone)
+        print(f"error: no lineage for model {cfg.name!r} alias {alias!r}: {err}", file=sys.stderr)
+        return 2
+    found["clean_manifest"] = json.loads(Path(found.pop("clean_manifest")).read_text())
+    print(json.dumps(found, indent=2, default=str))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     # Prefect's telemetry heartbeat only fails on these offline machines
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -149,10 +186,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.command == "check-config":
         return check_config_command(cfg)
+    if args.command == "status":
+        return status_command(cfg, args.json)
+    if args.command == "lineage":
+        return lineage_command(cfg, args.alias)
     if args.command == "export-hf":
         return export_command(cfg, args)
     try:
         extra = {"checkpoint": args.checkpoint} if args.command == "eval" else {}
+        if getattr(args, "force", None):
+            extra = {"force": args.force} if args.command == "run" else {"force": True}
         with prefect_api():  # one server for the run and all its processes, before Prefect is imported
             # the flow gets the file's path, not its contents: Prefect keeps flow parameters, and a config can hold
             # a password in a URL (it loads the file itself, already validated above)

@@ -16,9 +16,20 @@ import yaml
 from pydantic import (BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError, field_validator,
                       model_validator)
 
-Channel = Literal["zh", "en", "code"]
+from pretrain.channels import KNOWN_CHANNELS, Channel, KnownChannel
+
 MAX_VOCAB = 1_000_000  # beyond any tokenizer trained in practice (256k is large); far beyond, the trainer aborts
 SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
+# A setting that never changes what its stage produces (where or how fast it runs, how it is watched, what it
+# logs): left out of the stage's version (tasks/common/versions.py), so changing it reruns nothing. Every other
+# field counts. tests/tasks/common/test_versions.py lists the fields so marked; a new one is a deliberate choice.
+NO_EFFECT = {"changes_result": False}
+
+
+def changes_result(field_info) -> bool:
+    """Whether a config field (a pydantic FieldInfo) counts for its stage's version: all but those marked NO_EFFECT."""
+    extra = field_info.json_schema_extra
+    return not (isinstance(extra, dict) and extra.get("changes_result") is False)
 
 
 class ConfigError(ValueError):
@@ -62,7 +73,7 @@ class SourceConfig(Strict):
     text_field: str = Field("text", description="column/key holding the document text (jsonl, parquet)")
     id_field: str | None = Field(None, description="column/key holding a document id; None: file:row")
     text_unit: Literal["file", "line"] = Field("file", description="text files: one document per file or per line")
-    channel_hint: Channel | None = Field(None, description="force this channel instead of detecting it")
+    channel_hint: KnownChannel | None = Field(None, description="force this channel instead of detecting it")
     name: str | None = Field(None, description="source name used in stats and shard source ids; default: the path")
 
     def resolved_path(self) -> str:
@@ -85,13 +96,13 @@ class NormalizeConfig(Strict):
     traditional_to_simplified: bool = Field(False, description="convert Traditional Chinese to Simplified (OpenCC t2s) in zh documents")
 
 
-class LengthRule(Strict):
+class LengthSettings(Strict):
     mode: RuleMode = Field("drop", description=MODE_DOC)
     min_chars: int = Field(40, ge=0, description="drop documents shorter than this after normalization")
     max_chars: int = Field(2_000_000, gt=0, description="drop documents longer than this (a 50 MB single line, say)")
 
 
-class GarbageRule(Strict):
+class GarbageSettings(Strict):
     """Text that drives the loss up (mojibake, symbols) or down (runs of newlines)."""
     mode: RuleMode = Field("drop", description=MODE_DOC)
     max_replacement_ratio: float = Field(0.01, ge=0, le=1, description="max share of U+FFFD replacement characters")
@@ -100,7 +111,7 @@ class GarbageRule(Strict):
     max_newline_ratio: float = Field(0.25, ge=0, le=1, description="max newlines per character (prose only)")
 
 
-class GopherQualityRule(Strict):
+class GopherQualitySettings(Strict):
     """Gopher quality rules (Rae et al. 2021), English; the paper's thresholds."""
     mode: RuleMode = Field("drop", description=MODE_DOC)
     min_doc_words: int = 50
@@ -114,7 +125,7 @@ class GopherQualityRule(Strict):
     min_stop_words: int = 2
 
 
-class GopherRepetitionRule(Strict):
+class GopherRepetitionSettings(Strict):
     """Gopher repetition rules, English (the chinese rule has the character n-gram equivalents)."""
     mode: RuleMode = Field("drop", description=MODE_DOC)
     dup_line_frac: float = 0.3
@@ -125,7 +136,7 @@ class GopherRepetitionRule(Strict):
     dup_n_grams: dict[int, float] = Field(default_factory=lambda: {5: 0.15, 6: 0.14, 7: 0.13, 8: 0.12, 9: 0.11, 10: 0.10})
 
 
-class C4Rule(Strict):
+class C4Settings(Strict):
     """C4 rules (Raffel et al. 2020), English: line filters that edit the text, then document checks."""
     mode: RuleMode = Field("drop", description=MODE_DOC + " (in tag mode lines are not removed)")
     remove_citations: bool = True
@@ -139,7 +150,7 @@ class C4Rule(Strict):
     reject_curly_bracket: bool = True
 
 
-class FineWebRule(Strict):
+class FineWebSettings(Strict):
     """FineWeb's own rules (Penedo et al. 2024), English."""
     mode: RuleMode = Field("drop", description=MODE_DOC)
     line_punct_thr: float = Field(0.12, description="min share of lines ending in terminal punctuation")
@@ -149,7 +160,7 @@ class FineWebRule(Strict):
     new_line_ratio: float = Field(0.3, description="max newlines per word")
 
 
-class ChineseRule(Strict):
+class ChineseSettings(Strict):
     """Character-based equivalents for Chinese."""
     mode: RuleMode = Field("drop", description=MODE_DOC)
     min_cjk_chars: int = Field(20, ge=0, description="minimum number of CJK characters")
@@ -161,7 +172,7 @@ class ChineseRule(Strict):
                                              description="max share of text inside repeated character n-grams")
 
 
-class CodeRule(Strict):
+class CodeSettings(Strict):
     mode: RuleMode = Field("drop", description=MODE_DOC)
     max_line_chars: int = Field(1000, gt=0, description="longest line (minified or data files)")
     max_mean_line_chars: float = Field(100, gt=0)
@@ -171,7 +182,7 @@ class CodeRule(Strict):
         description="case-insensitive markers in the first 10 lines of generated files")
 
 
-class DirtyRule(Strict):
+class DirtySettings(Strict):
     """Porn / gambling / spam lexicons and URL/domain blocklists, with a density threshold."""
     mode: RuleMode = Field("drop", description=MODE_DOC)
     lexicons: list[str] = Field(default_factory=list, description="extra term lists (one term per line; 'term<TAB>weight' allowed), added to the built-in ones")
@@ -205,7 +216,7 @@ class EvalSet(Strict):
                                      "None: every string value of a record, nested lists included")
 
 
-class DecontamRule(Strict):
+class DecontamSettings(Strict):
     """Documents that share a long n-gram with evaluation data (GPT-3 and OLMo used 13-gram windows)."""
     mode: RuleMode = Field("drop", description=MODE_DOC)
     eval_sets: list[EvalSet] = Field(default_factory=list, description="evaluation data by path; empty: the rule "
@@ -216,16 +227,16 @@ class DecontamRule(Strict):
 
 
 class RulesConfig(Strict):
-    length: LengthRule = LengthRule()
-    decontam: DecontamRule = DecontamRule()
-    garbage: GarbageRule = GarbageRule()
-    gopher_quality: GopherQualityRule = GopherQualityRule()
-    gopher_repetition: GopherRepetitionRule = GopherRepetitionRule()
-    c4: C4Rule = C4Rule()
-    fineweb: FineWebRule = FineWebRule()
-    chinese: ChineseRule = ChineseRule()
-    code: CodeRule = CodeRule()
-    dirty: DirtyRule = DirtyRule()
+    length: LengthSettings = LengthSettings()
+    decontam: DecontamSettings = DecontamSettings()
+    garbage: GarbageSettings = GarbageSettings()
+    gopher_quality: GopherQualitySettings = GopherQualitySettings()
+    gopher_repetition: GopherRepetitionSettings = GopherRepetitionSettings()
+    c4: C4Settings = C4Settings()
+    fineweb: FineWebSettings = FineWebSettings()
+    chinese: ChineseSettings = ChineseSettings()
+    code: CodeSettings = CodeSettings()
+    dirty: DirtySettings = DirtySettings()
 
 
 class DedupConfig(Strict):
@@ -247,13 +258,12 @@ class CleanConfig(Strict):
     sources: list[SourceConfig] = Field(min_length=1)
     normalize: NormalizeConfig = NormalizeConfig()
     rules: RulesConfig = RulesConfig()
-    keep_channels: list[Literal["zh", "en", "code", "other"]] = Field(
-        default_factory=lambda: ["zh", "en", "code"], description="channels kept; others are rejected as unsupported_language")
+    keep_channels: list[Channel] = Field(
+        default_factory=lambda: list(KNOWN_CHANNELS), description="channels kept; others are rejected as unsupported_language")
     dedup: DedupConfig = DedupConfig()
-    executor: ExecutorConfig = ExecutorConfig()
+    executor: ExecutorConfig = Field(ExecutorConfig(), json_schema_extra=NO_EFFECT)
     shard_max_mb: float = Field(64.0, gt=0, description="consecutive input files of a source are cleaned together up to this size")
     reject_samples_per_reason: int = Field(20, ge=0, description="rejected documents kept per reason in samples.parquet for review")
-    batch_size: int = Field(2000, gt=0, description="documents per output Parquet part")
 
 
 class PruneConfig(Strict):
@@ -276,7 +286,7 @@ class TokenizerConfig(Strict):
     reserved_tokens: int = Field(64, ge=0, le=MAX_VOCAB, description="reserved special tokens kept free for later work")
     min_frequency: int = Field(2, ge=1)
     max_training_chars: int = Field(200_000_000, gt=0, description="cap on characters fed to the trainer (bounds its memory)")
-    channel_mix: dict[Literal["zh", "en", "code", "other"], float] = Field(
+    channel_mix: dict[Channel, float] = Field(
         default_factory=lambda: {"zh": 0.4, "en": 0.4, "code": 0.2},
         description="share of max_training_chars per channel; a channel with less text contributes all it has")
     held_out_docs: int = Field(200, ge=1, description="documents per channel kept aside for the report")
@@ -301,7 +311,7 @@ class TokenizeConfig(Strict):
     batch_docs: int = Field(1000, gt=0, description="documents per encode_batch call")
     count_rejected_tokens: bool = Field(True, description="also encode the rejected documents, so the per-rule "
                                         "table counts tokens (costs a pass over the rejects)")
-    executor: ExecutorConfig = ExecutorConfig()
+    executor: ExecutorConfig = Field(ExecutorConfig(), json_schema_extra=NO_EFFECT)
 
 
 class PreflightConfig(Strict):
@@ -329,7 +339,7 @@ class PreflightConfig(Strict):
 
 class ModelConfig(Strict):
     preset: Literal["debug", "125m", "500m", "1.5b"] | None = Field(
-        None, description="fill the architecture from a preset (pretrain/presets.py); fields given here override it")
+        None, description="fill the architecture from a preset (pretrain/presets.py); fields given here override it", json_schema_extra=NO_EFFECT)
     dim: int = Field(gt=0)
     n_layers: int = Field(gt=0)
     n_heads: int = Field(gt=0)
@@ -450,63 +460,58 @@ class TrainConfig(Strict):
                                     "(instead of train.hostfile)")
     launch: Literal["ssh", "per_node"] = Field("ssh", description="multi-node: ssh = DeepSpeed's launcher reaches every "
                                                "node over ssh/pdsh from this one; per_node = one `deepspeed --no_ssh "
-                                               "--node_rank k` per node, started through train.node_command")
+                                               "--node_rank k` per node, started through train.node_command", json_schema_extra=NO_EFFECT)
     ssh_launcher: Literal["pdsh", "openmpi", "mvapich", "slurm", "mpich", "impi"] = Field(
-        "pdsh", description="launch: ssh: how DeepSpeed's launcher reaches the nodes (its --launcher)")
+        "pdsh", description="launch: ssh: how DeepSpeed's launcher reaches the nodes (its --launcher)", json_schema_extra=NO_EFFECT)
     node_command: list[str] = Field(default_factory=list, description="per_node: prefix that runs a command on node "
-                                    "{host} (e.g. [ssh, '{host}'] or [srun, -N1, -w, '{host}']); empty: start it here")
+                                    "{host} (e.g. [ssh, '{host}'] or [srun, -N1, -w, '{host}']); empty: start it here", json_schema_extra=NO_EFFECT)
     node_command_shell: bool | None = Field(None, description="per_node: whether node_command hands the command to a "
                                             "remote shell as one line, so every argument is quoted (ssh, pdsh) or runs "
                                             "it as given (srun, kubectl exec); None: yes when it starts with ssh, "
-                                            "autossh, rsh or pdsh")
-    master_addr: str | None = Field(None, description="rendezvous address; None: the first node's name")
+                                            "autossh, rsh or pdsh", json_schema_extra=NO_EFFECT)
+    master_addr: str | None = Field(None, description="rendezvous address; None: the first node's name", json_schema_extra=NO_EFFECT)
     master_port: int | None = Field(None, gt=1024, lt=65536, description="rendezvous port; None: a free port on the "
                                     "master host, chosen at the run's first launch and kept in <run_root>/train/master_port "
-                                    "for every relaunch")
+                                    "for every relaunch", json_schema_extra=NO_EFFECT)
     save_every: int = Field(100, gt=0, description="checkpoint every N steps (and at the end)")
     stop_grace_s: float = Field(300.0, gt=0, description="on SIGTERM (a Prefect cancel), how long the ranks get to "
-                                "save a checkpoint and stop before they are killed")
-    log_every: int = Field(1, gt=0)
+                                "save a checkpoint and stop before they are killed", json_schema_extra=NO_EFFECT)
+    log_every: int = Field(1, gt=0, json_schema_extra=NO_EFFECT)
     seed: int = 1234
     data_order: Literal["feistel", "numpy_shuffle"] = Field(
         "feistel", description="position -> sample: a Feistel permutation per pool and epoch, computed per position "
         "(constant memory); numpy_shuffle only to finish a run whose checkpoints were written in that order "
         "(by earlier versions, whose checkpoints record no order)")
-    timeout_minutes: float = Field(30.0, gt=0, description="collective timeout of the process group")
+    timeout_minutes: float = Field(30.0, gt=0, description="collective timeout of the process group", json_schema_extra=NO_EFFECT)
     hang_timeout_s: float | None = Field(None, gt=0, description="a rank that makes no progress for this long is "
                                          "hung: every rank writes its stacks to <train_dir>/hangs, the job ends and "
                                          "is relaunched from the newest checkpoint as a crash; None: max(60 s, 10 x "
-                                         "the median step time)")
+                                         "the median step time)", json_schema_extra=NO_EFFECT)
     slow_phase_timeout_s: float = Field(1800.0, gt=0, description="the hang timeout while saving a checkpoint or "
-                                        "running eval")
+                                        "running eval", json_schema_extra=NO_EFFECT)
     straggler_ratio: float = Field(1.5, gt=1, description="a rank whose own time per step (reading data, forward) "
-                                   "is above this multiple of the median rank's ...")
+                                   "is above this multiple of the median rank's ...", json_schema_extra=NO_EFFECT)
     straggler_reports: int = Field(20, ge=1, description="... for this many logged steps in a row is named in a "
-                                   "straggler event and an MLflow tag")
+                                   "straggler event and an MLflow tag", json_schema_extra=NO_EFFECT)
     schedule: Literal["cosine", "wsd"] = Field("cosine", description="cosine decay, or warmup-stable-decay (constant, then a final decay)")
     decay_frac: float = Field(0.2, gt=0, le=1, description="wsd: share of the steps spent decaying at the end")
     resume_tag: str | None = Field(None, description="resume from this checkpoint tag (e.g. step_00001000); None: the newest complete one")
-    keep_last: int = Field(3, ge=1, description="complete checkpoints kept (the newest); older ones are deleted")
-    keep_every: int = Field(0, ge=0, description="also keep every checkpoint whose step is a multiple of this (0: none)")
+    keep_last: int = Field(3, ge=1, description="complete checkpoints kept (the newest); older ones are deleted", json_schema_extra=NO_EFFECT)
+    keep_every: int = Field(0, ge=0, description="also keep every checkpoint whose step is a multiple of this (0: none)", json_schema_extra=NO_EFFECT)
     anomaly: AnomalyConfig = AnomalyConfig()
     recovery: RecoveryConfig = RecoveryConfig()
-    skip_ranges: list[tuple[int, int]] = Field(default_factory=list, description="sampler positions [start, end) "
-                                               "never trained on (set by skip-ahead; recorded with each checkpoint)")
-    lr_scale: float = Field(1.0, gt=0, le=1, description="multiplies the schedule (lowered by escalation)")
-    profile_steps: int = Field(0, ge=0, description="internal, set by preflight: profile this many steps, write "
-                               "the communication share and stop without a checkpoint")
     export_hf: bool = Field(True, description="export the final checkpoint to the Hugging Face Llama format "
                             "(<run_root>/train/hf/<tag>) when training finishes")
     mirror_url: str | None = Field(None, description="copy every complete checkpoint here in the background "
-                                   "(an fsspec URL: s3://bucket/run, file:///backup/run); None: no mirror")
+                                   "(an fsspec URL: s3://bucket/run, file:///backup/run); None: no mirror", json_schema_extra=NO_EFFECT)
     eval_every: int = Field(0, ge=0, description="held-out perplexity per channel every N steps (0: off)")
     eval_samples_per_channel: int = Field(200, ge=0, description="held-out samples per channel, taken from the end "
                                           "of each channel's data and never trained on (at most 10% of a channel); "
                                           "scored every eval_every steps and by the eval flow. 0: train on everything")
-    peak_tflops_per_gpu: float | None = Field(None, gt=0, description="for MFU; None: looked up from the GPU name")
+    peak_tflops_per_gpu: float | None = Field(None, gt=0, description="for MFU; None: looked up from the GPU name", json_schema_extra=NO_EFFECT)
     mixture: MixtureConfig | None = Field(None, description="sampling weights per channel or source; None: natural proportions")
     stage_data_dir: str | None = Field(None, description="copy the token shards here on every node before training "
-                                       "(a local disk or /dev/shm); None: read them where the tokenize stage wrote them")
+                                       "(a local disk or /dev/shm); None: read them where the tokenize stage wrote them", json_schema_extra=NO_EFFECT)
 
     @field_validator("master_addr")
     @classmethod

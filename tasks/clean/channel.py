@@ -5,8 +5,6 @@ from functools import lru_cache
 
 from tasks.clean.features import DocFeatures
 
-CHANNELS = ("zh", "en", "code", "other")
-
 
 @lru_cache(maxsize=1)
 def _langid():

@@ -7,13 +7,13 @@ from collections import Counter, defaultdict
 
 import pyarrow as pa
 
+from pretrain.channels import CHANNELS
 from pretrain.config import CleanConfig
 from tasks.clean.channel import detect_channel
 from tasks.clean.features import DocFeatures
 from tasks.clean.normalize import normalize_text, to_simplified
 from tasks.clean.readers import RawDoc
 from tasks.clean.rules import Doc, Failure, build_rules, judge_rules
-from tasks.clean.rules.english import c4_filter_lines
 
 SCORES = pa.map_(pa.string(), pa.float32())
 KEPT_SCHEMA = pa.schema([("id", pa.string()), ("source", pa.string()), ("channel", pa.string()),
@@ -37,6 +37,8 @@ class Cleaner:
     def __init__(self, cfg: CleanConfig):
         self.cfg = cfg
         self.rules = build_rules(cfg.rules)
+        self.editors = {channel: [r for r in self.rules if r.edit_repair and channel in r.channels]
+                        for channel in CHANNELS}
 
     def classifier_report(self) -> dict:
         """Per channel, what the dirty rule's classifier learned from and the threshold its cross-validation chose."""
@@ -50,7 +52,7 @@ class Cleaner:
         return {eval_set.name: eval_set.summary() for eval_set in decontam.sets}
 
     def prepare(self, raw: RawDoc) -> tuple[str, str, list[str], DocFeatures]:
-        """Normalize, tag the channel, apply the text-editing steps (t2s, C4 line filters); features of the result."""
+        """Normalize, tag the channel, apply the text-editing steps (t2s, the rules' edits); features of the result."""
         text, repairs = normalize_text(raw.text, self.cfg.normalize, keep_indentation=raw.channel_hint == "code")
         feats = DocFeatures(text)
         channel = detect_channel(feats, raw.channel_hint) if text.strip() else "other"
@@ -58,10 +60,10 @@ class Cleaner:
             simplified = to_simplified(text)
             if simplified != text:
                 text, repairs = simplified, repairs + ["traditional_to_simplified"]
-        if channel == "en" and self.cfg.rules.c4.mode == "drop":
-            filtered, _ = c4_filter_lines(text, self.cfg.rules.c4)
-            if filtered != text:
-                text, repairs = filtered, repairs + ["c4_lines_removed"]
+        for rule in self.editors.get(channel, ()):
+            edited = rule.edit(text)
+            if edited != text:
+                text, repairs = edited, repairs + [rule.edit_repair]
         # the features computed for channel detection serve the rules too, unless an edit changed the text
         return text, channel, repairs, feats if feats.text == text else DocFeatures(text)
 
@@ -75,14 +77,19 @@ class Cleaner:
         text, channel, repairs, feats = self.prepare(raw)
         repairs = ([raw.repaired] if raw.repaired else []) + repairs
         if not text.strip():
-            emptied = Failure("c4", "c4_all_lines_removed", 0.0) if "c4_lines_removed" in repairs \
-                else Failure("length", "empty_after_normalization", 0.0)
-            return Verdict(text, channel, emptied, [], {}, repairs)
+            return Verdict(text, channel, self.emptied(channel, repairs), [], {}, repairs)
         result = judge_rules(self.rules, Doc(text, channel, feats))
         failure = result.failure
         if failure is None and channel not in self.cfg.keep_channels:
             failure = Failure("channel", "unsupported_language", 0.0)
         return Verdict(text, channel, failure, result.flags, result.scores, repairs)
+
+
+    def emptied(self, channel: str, repairs: list[str]) -> Failure:
+        """Why a document has no text left: the last edit that removed some, else normalization."""
+        editor = next((r for r in reversed(self.editors.get(channel, ())) if r.edit_repair in repairs), None)
+        return Failure(editor.name, editor.emptied_reason, 0.0) if editor else \
+            Failure("length", "empty_after_normalization", 0.0)
 
 
 class Tally:

@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 from model.comm_profile import PROFILE_FILE
+from model.spec import Overrides
 from pretrain.config import PipelineConfig
 from tasks.common.outputs import is_complete
 from tasks.preflight.baselines import profile
@@ -21,10 +22,11 @@ def check_comm_share(cfg: PipelineConfig, run_root: Path, log_line=lambda _: Non
         return Check("comm_share", NOT_AVAILABLE, "no tokens yet", "run after the tokenize stage")
     out = run_root / "preflight" / "profile"
     shutil.rmtree(out, ignore_errors=True)
-    train = cfg.train.model_copy(update={"profile_steps": steps, "steps": steps + 1, "save_every": 10**9,
+    train = cfg.train.model_copy(update={"steps": steps + 1, "save_every": 10**9,
                                          "eval_every": 0, "mirror_url": None, "export_hf": False, "resume_tag": None})
     try:
-        run_train(cfg.model, train, run_root / "tokenizer", run_root / "tokens", out, {}, log_line=log_line)
+        run_train(cfg.model, train, run_root / "tokenizer", run_root / "tokens", out, {}, log_line,
+                  Overrides(profile_steps=steps))
         result = json.loads((out / PROFILE_FILE).read_text())
     except (TrainingFailed, OSError, ValueError) as err:
         return Check("comm_share", FAIL, "profiled run failed", "a profiled run", str(err)[-500:])

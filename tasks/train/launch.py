@@ -28,8 +28,8 @@ from model.redact import is_secret, scrub, url_passwords
 from pretrain.config import HostConfig, TrainConfig, check_host
 
 # the ranks need these, and DeepSpeed's ssh launcher does not export them on its own
-EXTRA_ENV = ("DS_ACCELERATOR", "OMP_NUM_THREADS", "PRETRAIN_FAULTS", "PRETRAIN_SECRETS_FILE", "PYTHONUNBUFFERED",
-             "TORCH_NCCL_ASYNC_ERROR_HANDLING")
+EXTRA_ENV = ("DS_ACCELERATOR", "OMP_NUM_THREADS", "PRETRAIN_FAULTS", "PRETRAIN_NAN_POSITIONS", "PRETRAIN_SECRETS_FILE",
+             "PRETRAIN_SPIKE_POSITIONS", "PYTHONUNBUFFERED", "TORCH_NCCL_ASYNC_ERROR_HANDLING")
 PROPAGATED_PREFIXES = ("NCCL_", "GLOO_", "MLFLOW_", "PYTHON", "CUDA_", "UCX_", "TORCH_")
 # programs that hand their command to a remote shell as one line (so each argument must be quoted)
 REMOTE_SHELL_PROGRAMS = {"ssh", "autossh", "rsh", "pdsh"}

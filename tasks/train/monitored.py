@@ -5,8 +5,8 @@ from pathlib import Path
 from typing import Callable
 
 from model.protocol import EXIT_STOPPED, SPEC_FILE, read_jsonl
+from model.spec import Overrides, Spec
 from pretrain.config import ModelConfig, TrainConfig
-from tasks.common.outputs import read_json
 from tasks.train.recovery import Decision, abandon_after, decide, decisions, record
 from tasks.train.run import TrainingFailed, run_train
 
@@ -18,8 +18,7 @@ class RecoveryFailed(TrainingFailed):
 def roll_back(decision: Decision, out_dir: Path) -> list[str]:
     """Set aside the checkpoints after the rollback target; `latest` names the target. How many set-aside
     checkpoints stay is the run's train.recovery.keep_abandoned, read from the spec its launch wrote."""
-    spec = read_json(out_dir / SPEC_FILE) if (out_dir / SPEC_FILE).is_file() else {}
-    keep = spec.get("train", {}).get("recovery", {}).get("keep_abandoned", 1)
+    keep = Spec.load(out_dir / SPEC_FILE).train.keep_abandoned
     return abandon_after(out_dir / "checkpoints", decision.checkpoint, decision.attempt, keep)
 
 
@@ -30,16 +29,15 @@ def run_monitored(model: ModelConfig, train: TrainConfig, tokenizer_dir: Path, t
                   env_for_attempt: Callable[[int], dict[str, str]] | None = None) -> dict:
     """Train; after each early end act on the recovery decision (rollback: the `rollback` hook, which the
     Prefect flow runs as a sub-flow), record it, and relaunch, until done or the policy gives up."""
-    skip_ranges, lr_scale, resume_tag = list(train.skip_ranges), train.lr_scale, train.resume_tag
+    skip_ranges, lr_scale, attempt_train = [], 1.0, train
     attempt = 0
     while True:
         attempt += 1
-        attempt_train = train.model_copy(update={"skip_ranges": skip_ranges, "lr_scale": lr_scale,
-                                                 "resume_tag": resume_tag})
         env = {**mlflow_env, **(env_for_attempt(attempt) if env_for_attempt else {})}
         steps_before = len(read_jsonl(out_dir / "metrics.jsonl"))
         try:
-            result = run_train(model, attempt_train, tokenizer_dir, tokens_dir, out_dir, env, log_line)
+            result = run_train(model, attempt_train, tokenizer_dir, tokens_dir, out_dir, env, log_line,
+                               Overrides(tuple(skip_ranges), lr_scale))
             return {**result, "attempts": attempt, "skipped_ranges": skip_ranges, "lr_scale": lr_scale,
                     "recoveries": recovery_timings(out_dir)}
         except TrainingFailed as err:
@@ -56,7 +54,7 @@ def run_monitored(model: ModelConfig, train: TrainConfig, tokenizer_dir: Path, t
                 decision.abandoned = rollback(decision, out_dir)
                 skip_ranges = sorted([*skip_ranges, decision.skip])
                 lr_scale = decision.lr_scale
-            resume_tag = None  # `latest` now names the checkpoint to go on from
+            attempt_train = train.model_copy(update={"resume_tag": None})  # `latest` names where to go on from
             record(out_dir, decision)
             log_line(f"recovery: {decision.action} from {decision.checkpoint or 'the start'}"
                      + (f", skipping positions {decision.skip[0]}..{decision.skip[1]}" if decision.skip else "")

@@ -1,7 +1,6 @@
 """Train stage: turn the config into a DeepSpeed config and spec, launch the ranks, watch them."""
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -9,25 +8,22 @@ import subprocess
 import sys
 import time
 from collections import deque
-from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
 from model.checkpoint import latest_complete, read_meta
-from model.data import read_manifest
-from model.llama import ModelArgs
-from model.redact import redact
 from model.protocol import (EVENTS_FILE, EXIT_ANOMALY, EXIT_CONFIG, EXIT_DONE, EXIT_HUNG, EXIT_STOPPED, EXIT_UNSAVED,
-                            SPEC_FILE, read_jsonl)
+                            read_jsonl)
+from model.spec import Overrides
 from pretrain.config import ModelConfig, TrainConfig
 from tasks.common.lifetime import kill_group, sigterm_on_parent_death, stop_gracefully
-from tasks.common.outputs import read_json, require_complete
 from tasks.common.failures import transient_text
 from tasks.train.hang import FrozenJobMonitor, archive_hang, describe, hang_report
 from tasks.train.launch import (LaunchFailed, RemoteRanks, env_with_file, hostfile_for, master_address, node_commands,
                           on_node, read_hostfile, run_nodes, secrets_for_ranks, sigterm_kills)
 from tasks.common.ports import free_port
 from tasks.train.rendezvous import PortUnavailable, is_local, master_port
+from tasks.train.spec import write_spec
 
 
 PROGRAM = "model.train"  # the module every rank runs
@@ -37,47 +33,6 @@ class TrainingFailed(RuntimeError):
     def __init__(self, message: str, exit_code: int):
         super().__init__(message)
         self.exit_code = exit_code
-
-
-def deepspeed_config(t: TrainConfig) -> dict:
-    cfg = {
-        "train_micro_batch_size_per_gpu": t.micro_batch_size,
-        "gradient_accumulation_steps": t.grad_accum,
-        "gradient_clipping": t.grad_clip,
-        "optimizer": {"type": "AdamW", "params": {"lr": t.lr, "betas": [0.9, 0.95], "eps": 1e-8,
-                                                  "weight_decay": t.weight_decay}},
-        "zero_optimization": {"stage": t.zero_stage},
-        "bf16": {"enabled": t.precision == "bf16"},
-        "steps_per_print": 10**9,  # the program prints its own progress
-        "wall_clock_breakdown": False,
-    }
-    if t.accelerator == "cpu":
-        cfg["zero_allow_untested_optimizer"] = True
-    return cfg  # which AdamW implementation is decided on the ranks (model/optimizer.py), where DeepSpeed runs
-
-
-def model_args(m: ModelConfig, tokenizer_report: dict) -> ModelArgs:
-    return ModelArgs(dim=m.dim, n_layers=m.n_layers, n_heads=m.n_heads, n_kv_heads=m.n_kv_heads,
-                     vocab_size=tokenizer_report["embedding_rows"], ffn_hidden=m.ffn_hidden,
-                     max_seq_len=m.max_seq_len, rope_theta=m.rope_theta, norm_eps=m.norm_eps,
-                     tie_embeddings=m.tie_embeddings)
-
-
-def write_spec(model: ModelConfig, train: TrainConfig, tokenizer_dir: Path, tokens_dir: Path, out_dir: Path) -> Path:
-    require_complete(tokens_dir, "tokenize")
-    require_complete(tokenizer_dir, "tokenizer")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    spec = {
-        "model": asdict(model_args(model, read_json(tokenizer_dir / "report.json"))),
-        "train": redact(train.model_dump()),  # the ranks get URL passwords from the secrets file, not from here
-        "deepspeed": deepspeed_config(train),
-        "tokens_dir": str(tokens_dir),
-        "out_dir": str(out_dir),
-        "manifest_version": read_manifest(tokens_dir)["version"],
-    }
-    path = out_dir / SPEC_FILE
-    path.write_text(json.dumps(spec, indent=2))
-    return path
 
 
 def deepspeed_binary() -> str:
@@ -160,8 +115,8 @@ def launch(train: TrainConfig, spec_path: Path, env: dict[str, str], out_dir: Pa
     except ValueError as err:  # settings the launch cannot carry to the nodes
         raise TrainingFailed(f"training could not start: {err}", EXIT_CONFIG) from None
     finally:
-        if port is not None:
-            remove_shm_buffers(port)
+        if port is not None and (removed := remove_shm_buffers(port)):
+            log_line(f"removed {len(removed)} DeepSpeed buffer(s) from /dev/shm: {', '.join(sorted(removed))}")
 
 
 def remote_ranks(train: TrainConfig, hosts: list, spec_path: Path) -> RemoteRanks | None:
@@ -217,8 +172,10 @@ def remove_stale_shm_buffers(shm: Path = Path("/dev/shm"), min_age_s: float = 12
 
 
 def run_train(model: ModelConfig, train: TrainConfig, tokenizer_dir: Path, tokens_dir: Path, out_dir: Path,
-              mlflow_env: dict[str, str], log_line: Callable[[str], None] = print) -> dict:
-    spec_path = write_spec(model, train, tokenizer_dir, tokens_dir, out_dir)
+              mlflow_env: dict[str, str], log_line: Callable[[str], None] = print,
+              overrides: Overrides = Overrides()) -> dict:
+    """One launch of the training program on the configured ranks; its result, or TrainingFailed saying why."""
+    spec_path = write_spec(model, train, tokenizer_dir, tokens_dir, out_dir, overrides)
     if removed := remove_stale_shm_buffers():
         log_line(f"removed {len(removed)} DeepSpeed buffer(s) of dead runs from /dev/shm")
     tail: deque = deque(maxlen=200)

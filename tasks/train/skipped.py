@@ -5,16 +5,16 @@ reject; this report points at it (shard, row, source) so it can be read.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 from model.data import CHANNELS, training_dataset, training_sampler
+from model.spec import DataSpec
 
 MAX_SAMPLES_PER_RANGE = 2000  # a wide skip is summarised from an even sample of its positions
 
 
-def skipped_documents(tokens_dir: Path, train: dict, ranges: list) -> list[dict]:
-    dataset = training_dataset(tokens_dir, train)
-    sampler = training_sampler(dataset, train)
+def skipped_documents(data: DataSpec, ranges: list) -> list[dict]:
+    """Every document behind the samples of the ranges (an even sample of a wide range), as the run ordered them."""
+    dataset = training_dataset(data.tokens_dir, data)
+    sampler = training_sampler(dataset, data)
     rows = []
     for a, b in ranges:
         stride = max(1, (b - a) // MAX_SAMPLES_PER_RANGE)
@@ -27,11 +27,11 @@ def skipped_documents(tokens_dir: Path, train: dict, ranges: list) -> list[dict]
     return rows
 
 
-def skipped_data_report(tokens_dir: Path, train: dict, ranges: list) -> dict:
+def skipped_data_report(data: DataSpec, ranges: list) -> dict:
     import duckdb
     import pyarrow as pa
 
-    rows = skipped_documents(tokens_dir, train, ranges)
+    rows = skipped_documents(data, ranges)
     if not rows:
         return {"rows": [], "markdown": "No samples in the skipped ranges."}
     skipped = pa.Table.from_pylist(rows)  # noqa: F841 - queried by name below

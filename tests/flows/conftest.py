@@ -58,10 +58,12 @@ def ray_cluster(tmp_path_factory):
 
 
 @pytest.fixture
-def prefect_server(monkeypatch):
-    """A Prefect server that outlives the CLI run (`pretrain` uses PREFECT_API_URL when set), to read back after it."""
+def prefect_server(monkeypatch, tmp_path_factory):
+    """A Prefect server of its own (its database in a new PREFECT_HOME) that outlives the CLI run (`pretrain` uses
+    PREFECT_API_URL when set), to read back after it."""
     from pretrain.local_server import start_server, stop_server
 
+    monkeypatch.setenv("PREFECT_HOME", str(tmp_path_factory.mktemp("prefect-home")))
     proc, url, log = start_server()
     monkeypatch.setenv("PREFECT_API_URL", url)
     try:

@@ -228,6 +228,62 @@ def test_full_deployment_fails_mid_training_and_a_retry_runs_only_what_did_not_f
     assert [m.step for m in client.get_metric_history(failed_train.info.run_id, "ckpt_eval_ppl_en")] == [3]
     # and all of it was recorded in PostgreSQL, not in a SQLite file
     assert int(psql(postgres, f"SELECT run_count FROM flow_run WHERE id = '{run_id}'")) == 2
+    check_versions_lineage_and_reuse(pg_stack, config, root)
+
+
+def stage_status(env, config: Path) -> dict[str, dict]:
+    proc = subprocess.run([sys.executable, "-m", "pretrain.cli", "status", "--config", str(config), "--json"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return {r["stage"]: r for r in json.loads(proc.stdout)}
+
+
+def run_deployment(env, config: Path) -> tuple[str, float]:
+    started = time.time()
+    proc = prefect(env, "deployment", "run", "pretrain/full", "-p", f"config={config}", timeout=120)
+    run_id = re.search(r"UUID: ([0-9a-f-]{36})", proc.stdout).group(1)
+    assert wait_for_state(env, run_id, {"FAILED", "COMPLETED", "CRASHED"}, 900) == "COMPLETED"
+    return run_id, time.time() - started
+
+
+def check_versions_lineage_and_reuse(env, config: Path, root: Path) -> None:
+    """After the run: every stage recorded its version and provenance, the model's lineage leads to the clean
+    manifest; a second run reuses every versioned stage; a changed field reruns only what depends on it."""
+    from flows.versions import lineage
+
+    status = stage_status(env, config)
+    assert {s: r["state"] for s, r in status.items()} == {
+        "clean": "up to date", "tokenizer": "up to date", "tokenize": "up to date", "preflight": "not needed",
+        "train": "up to date"}
+    train_version = read_json(root / "train" / "version.json")
+    assert train_version["inputs"]["tokenize"] == read_json(root / "tokens" / "version.json")["version"]
+    assert train_version["provenance"]["packages"]["deepspeed"] and train_version["provenance"]["command"]
+    found = lineage(env["MLFLOW_TRACKING_URI"], "e2e-full")
+    assert found["versions"]["clean"] == read_json(root / "clean" / "version.json")["version"]
+    assert json.loads(Path(found["clean_manifest"]).read_text()) == read_json(root / "clean" / "manifest.json")
+    assert ("e2e-full-tokens", train_version["inputs"]["tokenize"]) in found["datasets"]
+
+    before = {**stage_outputs(root), "train/result.json": (root / "train" / "result.json").stat().st_mtime_ns}
+    again, seconds = run_deployment(env, config)
+    # nothing ran: no output rewritten, not even preflight's (it gates training, and training is up to date)
+    assert {**stage_outputs(root), "train/result.json": (root / "train" / "result.json").stat().st_mtime_ns} == before
+    artifacts = {a["key"]: a for a in api(env, "/artifacts/latest/filter")}
+    for stage in ("clean", "tokenizer", "tokenize", "train"):
+        assert f"**{stage}**: reused, version `{status[stage]['expected']}`" in artifacts[f"e2e-full-{stage}-version"]["data"]
+    print(f"second run, every versioned stage reused: {seconds:.0f} s")
+
+    data = yaml.safe_load(config.read_text())
+    data["train"]["steps"] = 8  # counts for training only
+    longer = config.with_name("e2e-full-longer.yaml")
+    longer.write_text(yaml.safe_dump(data, allow_unicode=True))
+    status = stage_status(env, longer)
+    assert [s for s, r in status.items() if r["state"] in ("would rerun", "will run")] == ["preflight", "train"]
+    assert status["train"]["why"] == "train.steps: 6 -> 8"
+    run_deployment(env, longer)
+    assert {k: v for k, v in stage_outputs(root).items() if k != "preflight/report.json"} == \
+        {k: v for k, v in before.items() if k not in ("preflight/report.json", "train/result.json")}
+    assert read_json(root / "train" / "result.json")["latest_step"] == 8
+    assert read_json(root / "train" / "version.json")["version"] == status["train"]["expected"]
 
 
 def wait_for_evals(env, tags: set[str], seconds: int = 300) -> dict[str, dict]:

@@ -1,4 +1,4 @@
-"""The train flow recovers from an injected NaN: rollback and skip-ahead run as sub-flows."""
+"""The train flow recovers from an injected loss spike: rollback and skip-ahead run as sub-flows."""
 import os
 import shutil
 
@@ -16,15 +16,17 @@ def test_train_flow_rolls_back_and_skips_ahead(prepared_run, tmp_path, monkeypat
     for stage in ("clean", "tokenizer", "tokens"):
         shutil.copytree(prepared / stage, tmp_path / stage)
     per_step = cfg.train.micro_batch_size * 2 * cfg.train.grad_accum
-    monkeypatch.setenv("PRETRAIN_NAN_POSITIONS", f"{4 * per_step}-{5 * per_step}")
+    monkeypatch.setenv("PRETRAIN_SPIKE_POSITIONS", f"{4 * per_step}-{5 * per_step}")  # the samples of step 5
     data = tiny_dict(tmp_path, train={"steps": 6, "save_every": 2, "export_hf": False,
+                                      "anomaly": {"warmup": 3, "window": 4},
                                       "recovery": {"rollback_gap_steps": 1, "skip_margin_steps": 1}})
     result = run_flow("train", data, tmp_path)
     assert result["latest_step"] == 6 and result["attempts"] == 2
     [rollback] = read_jsonl(tmp_path / "train" / "recovery.jsonl")
     assert rollback["action"] == "rollback" and rollback["checkpoint"] == "step_00000004"
+    assert rollback["anomaly"]["kind"] == "loss_spike" and rollback["anomaly"]["step"] == 5
     assert (tmp_path / "train" / "checkpoints" / "step_00000004").is_dir()
-    assert os.environ["PRETRAIN_NAN_POSITIONS"]
+    assert os.environ["PRETRAIN_SPIKE_POSITIONS"]
     # MLflow: the relaunch has its own child run of the train run, with its curve; the plot is logged
     from mlflow.tracking import MlflowClient
 

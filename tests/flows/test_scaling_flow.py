@@ -55,6 +55,11 @@ def test_tiny_sweep_fits_a_law_that_the_planner_uses(prepared_run, tmp_path):
     assert planned["law"] == "fitted" and planned["flops"] == 1e12
     assert planned["params"] * planned["tokens"] * 6 == pytest.approx(1e12)
 
-    # a rerun reuses every trained point (a retried sweep goes on where it stopped)
+    # a rerun reuses every trained point (a retried sweep goes on where it stopped): no file rewritten, no new run
+    trained = {p: p.stat().st_mtime_ns for p in (root / "scaling").glob("*/**/*") if p.is_file()}
+    assert len({p.relative_to(root / "scaling").parts[0] for p in trained}) == 6
     again = run_flow("scaling", data, tmp_path)
     assert again["law"] == result["law"]
+    assert {p: p.stat().st_mtime_ns for p in trained} == trained
+    reruns = [r for r in client.search_runs([exp.experiment_id]) if r.info.run_name.startswith("sweep/scaling/")]
+    assert len(reruns) == 6

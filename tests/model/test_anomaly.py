@@ -1,6 +1,13 @@
 import math
 
 from model.anomaly import AnomalyDetector, DetectorSettings, StepRecord
+from model.spec import picked
+from pretrain.config import AnomalyConfig
+
+
+def settings(**changes) -> DetectorSettings:
+    """The config's defaults (the only copy of them), with changes."""
+    return picked(DetectorSettings, AnomalyConfig(**changes))
 
 
 def feed(detector, losses, grads=None, start=1, per_step=8):
@@ -19,7 +26,7 @@ def steady(n, value=3.0):
 
 
 def test_loss_spike_after_warmup_with_onset_from_grad_precursors():
-    d = AnomalyDetector(DetectorSettings(window=20, warmup=10))
+    d = AnomalyDetector(settings(window=20, warmup=10))
     grads = [1.0] * 30 + [3.0, 5.0, 9.0]
     found = feed(d, steady(30) + [3.1, 3.3, 9.0], grads)
     assert found.kind == "loss_spike" and found.step == 33
@@ -28,23 +35,23 @@ def test_loss_spike_after_warmup_with_onset_from_grad_precursors():
 
 
 def test_no_verdict_during_warmup_and_nan_at_once():
-    d = AnomalyDetector(DetectorSettings(window=20, warmup=10))
+    d = AnomalyDetector(settings(window=20, warmup=10))
     assert feed(d, [3.0, 9.0, 3.0]) is None  # too little history to call 9.0 a spike
     found = feed(d, [float("nan")], start=4)
     assert found.kind == "non_finite" and found.step == 4
-    assert feed(AnomalyDetector(DetectorSettings()), [3.0], grads=[math.inf]).kind == "non_finite"
+    assert feed(AnomalyDetector(settings()), [3.0], grads=[math.inf]).kind == "non_finite"
 
 
 def test_patience_needs_consecutive_offending_steps():
-    d = AnomalyDetector(DetectorSettings(window=20, warmup=10, patience=2))
+    d = AnomalyDetector(settings(window=20, warmup=10, patience=2))
     assert feed(d, steady(20) + [9.0, 3.0, 9.0]) is None  # never twice in a row
     assert feed(d, [9.0, 9.5], start=24).kind == "loss_spike"
 
 
 def test_grad_and_channel_spikes():
-    d = AnomalyDetector(DetectorSettings(window=20, warmup=10))
+    d = AnomalyDetector(settings(window=20, warmup=10))
     assert feed(d, steady(20) + [3.0], grads=[1.0] * 20 + [50.0]).kind == "grad_spike"
-    c = AnomalyDetector(DetectorSettings(window=20, warmup=10))
+    c = AnomalyDetector(settings(window=20, warmup=10))
     for step in range(1, 21):
         noisy = 3.0 + 0.1 * ((step * 7) % 5)
         assert c.update(StepRecord(step, noisy, 1.0, 0, 0, {"zh": noisy, "code": 2.0})) is None
@@ -53,12 +60,12 @@ def test_grad_and_channel_spikes():
 
 
 def test_slow_divergence_needs_train_and_eval_rising():
-    d = AnomalyDetector(DetectorSettings(window=30, warmup=10, divergence_window=20, loss_ratio=10, loss_zscore=50))
+    d = AnomalyDetector(settings(window=30, warmup=10, divergence_window=20, loss_ratio=10, loss_zscore=50))
     rising = [3.0 + 0.02 * i for i in range(40)]
     for i, v in enumerate((2.0, 2.1, 2.2)):
         d.observe_eval(10 * i, v)
     assert feed(d, rising).kind == "divergence"
-    flat_eval = AnomalyDetector(DetectorSettings(window=30, warmup=10, divergence_window=20, loss_ratio=10,
+    flat_eval = AnomalyDetector(settings(window=30, warmup=10, divergence_window=20, loss_ratio=10,
                                                  loss_zscore=50))
     for i, v in enumerate((2.2, 2.1, 2.0)):
         flat_eval.observe_eval(10 * i, v)

@@ -1,5 +1,6 @@
 """The step on the device: no copy to the host per micro step, one per step (the agreement)."""
 import json
+from dataclasses import replace
 import sys
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from model.comm import Comm
 from model.data import GlobalSampler, TokenDataset
 from model.llama import ModelArgs, Transformer
 from model.steps import STATS, PendingStep, agree, step_metrics, train_step
+from tasks.train.spec import train_spec
 
 MODEL_DIR = str(Path(__file__).resolve().parents[2] / "model")
 TESTS_DIR = str(Path(__file__).resolve().parents[1])
@@ -68,13 +70,13 @@ class SoloComm(Comm):
 
 @pytest.fixture
 def step_setup(prepared_run):
-    _, root = prepared_run
+    cfg, root = prepared_run
     rows = json.loads((root / "tokenizer" / "report.json").read_text())["embedding_rows"]
     dataset = TokenDataset(root / "tokens", seq_len=32)
     engine = Engine(ModelArgs(dim=32, n_layers=1, n_heads=2, n_kv_heads=1, vocab_size=rows, ffn_hidden=64,
                               max_seq_len=32))
     batches = BatchPrefetcher(dataset, GlobalSampler(len(dataset), seed=1), rank=0, world=1, micro_batch=2, grad_accum=4)
-    t = {"lr": 1e-3, "min_lr": 1e-4, "warmup_steps": 1, "steps": 10, "grad_accum": 4}
+    t = replace(train_spec(cfg.train), lr=1e-3, min_lr=1e-4, warmup_steps=1, steps=10, grad_accum=4)
     yield engine, batches, t
     batches.close()
 
@@ -117,6 +119,18 @@ def test_a_non_finite_loss_is_flagged(step_setup, monkeypatch):
     pending, _ = train_step(engine, batches, t, step=0)
     agreed = agree(SoloComm(torch.device("cpu"), "gloo", 0, 1), [pending], stop_requested=False, with_stats=False)
     assert agreed.loss_not_finite
+
+
+def test_an_injected_spike_multiplies_the_loss_of_those_samples_only(step_setup, monkeypatch):
+    from model.steps import SPIKE_FACTOR
+
+    engine, batches, t = step_setup
+    monkeypatch.setenv("PRETRAIN_SPIKE_POSITIONS", "8-9")  # a sample of the second step, not the first
+    first, _ = train_step(engine, batches, t, step=0)
+    second, _ = train_step(engine, batches, t, step=1)
+    assert second.position_start == 8
+    assert second.stats[0].item() > 0.8 * SPIKE_FACTOR * first.stats[0].item()
+    assert torch.isfinite(second.stats[0])
 
 
 def test_pending_step_keeps_the_device_grad_norm():

@@ -1,5 +1,6 @@
 """Pieces of the training program that need no process group."""
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -11,6 +12,7 @@ from model.guard import Guard, fault_point
 from model.llama import ModelArgs, Transformer
 from model.perf import mfu, peak_tflops
 from model.steps import N_CHANNELS, STATS, lr_at, step_loss
+from tasks.train.spec import train_spec
 
 ARGS = ModelArgs(dim=32, n_layers=1, n_heads=2, n_kv_heads=1, vocab_size=50, ffn_hidden=64, max_seq_len=16)
 
@@ -36,11 +38,12 @@ def test_per_channel_loss_sums_match_a_direct_computation():
     assert perplexities(sums)["eval_ppl_zh"] == pytest.approx(math.exp(sums[0, 0].item() / 3))
 
 
-def test_schedules_are_selected_by_config():
-    t = {"lr": 1e-3, "min_lr": 1e-4, "warmup_steps": 10, "steps": 100}
-    assert lr_at(50, {**t, "schedule": "wsd", "decay_frac": 0.2}) == 1e-3  # stable phase
-    assert lr_at(99, {**t, "schedule": "wsd", "decay_frac": 0.2}) == pytest.approx(1e-3 - 0.95 * 9e-4)  # decaying
-    assert lr_at(50, {**t, "schedule": "cosine"}) < 1e-3
+def test_schedules_are_selected_by_config(tiny_cfg):
+    t = replace(train_spec(tiny_cfg.train), lr=1e-3, min_lr=1e-4, warmup_steps=10, steps=100, decay_frac=0.2)
+    assert lr_at(50, replace(t, schedule="wsd")) == 1e-3  # stable phase
+    assert lr_at(99, replace(t, schedule="wsd")) == pytest.approx(1e-3 - 0.95 * 9e-4)  # decaying
+    assert lr_at(50, replace(t, schedule="cosine")) < 1e-3
+    assert lr_at(50, replace(t, schedule="wsd"), scale=0.5) == 5e-4  # an escalated recovery's lower rate
 
 
 def test_mfu_uses_the_gpu_peak():

@@ -4,10 +4,13 @@ from types import SimpleNamespace
 import pytest
 
 from model.train_state import ResumeMismatch, checked_position, with_skips
+from pretrain.config import TrainConfig
+from tasks.train.spec import data_spec
 
 
 def spec_with(**train):
-    return SimpleNamespace(train=train)
+    """A spec whose data part comes from these train settings (the config's defaults otherwise)."""
+    return SimpleNamespace(data=data_spec(TrainConfig(seq_len=8, micro_batch_size=1, steps=100, **train), Path("tokens")))
 
 
 def test_a_checkpoint_counted_in_another_order_is_refused_with_the_fix():

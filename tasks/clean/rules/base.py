@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pretrain.channels import KNOWN_CHANNELS
 from tasks.clean.features import DocFeatures
 
 
@@ -35,10 +36,13 @@ class Outcome:
 
 
 class Rule:
-    """A rule family. Subclasses set `name` and `channels` and implement `evaluate`."""
+    """A rule family. Subclasses set `name` and `channels` and implement `evaluate`; a family that edits the text
+    before anything is judged (C4's line filters) also implements `edit` and names its repair and its failure."""
 
     name: str = ""
-    channels: tuple[str, ...] = ("zh", "en", "code")
+    channels: tuple[str, ...] = KNOWN_CHANNELS
+    edit_repair: str = ""      # recorded in `repairs` when edit() changed a document
+    emptied_reason: str = ""   # the rejection when edit() left nothing
 
     def __init__(self, settings):
         self.settings = settings
@@ -49,3 +53,7 @@ class Rule:
 
     def evaluate(self, doc: Doc) -> Outcome:
         raise NotImplementedError
+
+    def edit(self, text: str) -> str:
+        """The text as the rules should judge it; unchanged unless the family edits text."""
+        return text

@@ -1,13 +1,14 @@
 """Decontamination: a document that shares n-gram windows with evaluation data is not training text."""
 from __future__ import annotations
 
+from pretrain.channels import CHANNELS
 from tasks.clean.eval_sets import load_eval_ngrams, tokens, window_hashes
 from tasks.clean.rules.base import Doc, Outcome, Rule
 
 
 class DecontamRule(Rule):
     name = "decontam"
-    channels = ("zh", "en", "code", "other")
+    channels = CHANNELS
 
     def __init__(self, settings):
         super().__init__(settings)

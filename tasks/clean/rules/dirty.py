@@ -12,6 +12,7 @@ from importlib import resources
 import ahocorasick
 import fsspec
 
+from pretrain.channels import CHANNELS
 from tasks.clean.rules.base import Doc, Outcome, Rule
 from tasks.clean.spam_model import channel_models, read_examples
 
@@ -153,7 +154,7 @@ class DomainBlocklist:
 
 class DirtyRule(Rule):
     name = "dirty"
-    channels = ("zh", "en", "code", "other")
+    channels = CHANNELS
 
     def __init__(self, settings):
         super().__init__(settings)

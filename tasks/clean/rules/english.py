@@ -92,10 +92,15 @@ def c4_filter_lines(text: str, s) -> tuple[str, dict[str, int]]:
 
 
 class C4Rule(Rule):
-    """Document checks of C4; the line filters run before features (see Cleaner.judge)."""
+    """C4: line filters that edit the document before it is judged, then document checks."""
 
     name = "c4"
     channels = ("en",)
+    edit_repair = "c4_lines_removed"
+    emptied_reason = "c4_all_lines_removed"
+
+    def edit(self, text: str) -> str:
+        return c4_filter_lines(text, self.settings)[0] if self.mode == "drop" else text
 
     def evaluate(self, doc: Doc) -> Outcome:
         s, f, out = self.settings, doc.feats, Outcome(self.name)

@@ -1,15 +1,15 @@
 """Rules for every channel: length and garbage."""
 from __future__ import annotations
 
+from pretrain.channels import CHANNELS
 from tasks.clean.rules.base import Doc, Outcome, Rule
 
 
-ALL_CHANNELS = ("zh", "en", "code", "other")
 
 
 class LengthRule(Rule):
     name = "length"
-    channels = ALL_CHANNELS
+    channels = CHANNELS
 
     def evaluate(self, doc: Doc) -> Outcome:
         s, out = self.settings, Outcome(self.name)
@@ -22,7 +22,7 @@ class GarbageRule(Rule):
     """Mojibake, replacement characters, symbol soup, newline runs; documents of only punctuation."""
 
     name = "garbage"
-    channels = ALL_CHANNELS
+    channels = CHANNELS
 
     def evaluate(self, doc: Doc) -> Outcome:
         s, f, out = self.settings, doc.feats, Outcome(self.name)

@@ -5,7 +5,7 @@ import json
 import pyarrow.dataset as ds
 import pytest
 
-from pretrain.config import CleanConfig, DecontamRule as DecontamSettings, EvalSet
+from pretrain.config import CleanConfig, DecontamSettings, EvalSet
 from tasks.clean.eval_sets import load_eval_ngrams, tokens, window_hashes
 from tasks.clean.stage import run_clean
 from tests.conftest import CORPORA, need_shared

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from pretrain.config import CleanConfig, DirtyRule as DirtySettings
+from pretrain.config import CleanConfig, DirtySettings
 from tasks.clean.channel import detect_channel
 from tasks.clean.features import DocFeatures
 from tasks.clean.normalize import normalize_text

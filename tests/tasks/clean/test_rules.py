@@ -106,6 +106,21 @@ def test_c4_line_filters_and_document_checks():
                   gopher_quality={"mode": "off"}) == "c4_too_few_sentences"
 
 
+def test_c4_edits_the_text_before_it_is_judged_and_names_an_emptied_document():
+    from pretrain.config import CleanConfig, SourceConfig
+    from tasks.clean.readers import RawDoc
+    from tasks.clean.stage_parts import Cleaner
+
+    cleaner = Cleaner(CleanConfig(sources=[SourceConfig(path="unused.jsonl")]))
+    menu = "Home | About | Contact\nThis site uses cookies to improve your experience.\nShare"
+    edited = cleaner.judge(RawDoc("a", menu + "\n" + EN_GOOD, "web", None))
+    assert edited.failure is None and edited.text == EN_GOOD and edited.repairs == ["c4_lines_removed"]
+    emptied = cleaner.judge(RawDoc("b", menu, "web", "en"))
+    assert (emptied.failure.rule, emptied.failure.reason) == ("c4", "c4_all_lines_removed")
+    off = Cleaner(CleanConfig(sources=[SourceConfig(path="unused.jsonl")], rules={"c4": {"mode": "off"}}))
+    assert "Home | About" in off.judge(RawDoc("c", menu + "\n" + EN_GOOD, "web", None)).text
+
+
 def test_fineweb():
     listy = "\n".join(f"Item {i} in the list of things to buy" for i in range(40)) + "\n" + EN_GOOD
     assert reason(listy, "en", c4={"mode": "off"}, gopher_repetition={"mode": "off"}) == "fineweb_line_punct_ratio"

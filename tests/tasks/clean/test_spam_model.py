@@ -3,7 +3,7 @@ import csv
 
 import pytest
 
-from pretrain.config import DirtyRule as DirtySettings
+from pretrain.config import DirtySettings
 from tasks.clean.channel import detect_channel
 from tasks.clean.features import DocFeatures
 from tasks.clean.normalize import normalize_text

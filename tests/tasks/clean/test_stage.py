@@ -2,7 +2,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from pretrain.config import CleanConfig, LengthRule, SourceConfig, parse_config
+from pretrain.config import CleanConfig, LengthSettings, SourceConfig, parse_config
 from tasks.clean.readers import SourceError
 from tasks.clean.stage import run_clean
 from tasks.common.outputs import is_complete
@@ -187,5 +187,5 @@ def test_changed_input_is_not_skipped(tmp_path):
     spec2 = plan_shards(cfg)[0]
     assert spec2.fingerprint != spec.fingerprint
     assert clean_shard(cfg, spec2, tmp_path / "work")["docs"] == 2
-    tighter = cfg.model_copy(update={"rules": cfg.rules.model_copy(update={"length": LengthRule(min_chars=10_000)})})
+    tighter = cfg.model_copy(update={"rules": cfg.rules.model_copy(update={"length": LengthSettings(min_chars=10_000)})})
     assert plan_shards(tighter)[0].fingerprint != spec2.fingerprint

@@ -44,10 +44,13 @@ def test_dirty_token_removed_and_tokenizer_stays_consistent():
 
 def test_candidate_used_by_many_clean_documents_is_protected():
     tok, _ = trained()
-    clean_with_casino = [f"Report {i}: the city debated the casino near the harbour and the fish market." for i in range(50)]
-    result = prune_tokenizer(tok, clean_with_casino, PruneConfig(protect_min_docs=5, min_builtin_weight=1.0), specials())
-    protected = {p["token"].strip() for p in result.protected}
-    assert protected & {"casino", "casino bonus"} or not any("casino" in t for v in result.removed.values() for t in v)
+    cfg = PruneConfig(protect_min_docs=5, min_builtin_weight=1.0)
+    unused = prune_tokenizer(tok, CLEAN * 30, cfg, specials())
+    assert "百家乐" in unused.removed["dirty_lexicon"]  # a candidate: removed while clean documents do not use it
+    news = [f"第{i}期报道：市议会讨论了百家乐赌桌的管理，记者走访了港口边的商户。" for i in range(50)]
+    result = prune_tokenizer(tok, CLEAN * 30 + news, cfg, specials())
+    assert not any("百家乐" in t for v in result.removed.values() for t in v)
+    assert any(p["token"] == "百家乐" and p["documents"] >= 5 for p in result.protected)
 
 
 def test_word_pieces_are_not_matched_as_latin_words(tmp_path):

@@ -78,9 +78,11 @@ def poison(tokens_dir, cfg, positions: range, seed: int = 0) -> set[int]:
     import pyarrow as pa
 
     from model.data import training_dataset, training_sampler
+    from tasks.train.spec import data_spec
 
-    dataset = training_dataset(tokens_dir, cfg.train.model_dump())
-    sampler = training_sampler(dataset, cfg.train.model_dump())
+    data = data_spec(cfg.train, tokens_dir)
+    dataset = training_dataset(tokens_dir, data)
+    sampler = training_sampler(dataset, data)
     vocab = dataset.manifest["vocab_size"]
     rng = np.random.default_rng(seed)
     by_shard: dict[int, list[tuple[int, int]]] = {}

@@ -5,15 +5,16 @@ import torch
 from model.checkpoint import complete_tags, latest_complete
 from model.export_hf import load_checkpoint_state
 from model.protocol import read_jsonl
+from model.spec import Overrides
 from tasks.train.run import TrainingFailed, run_train
 
 pytestmark = pytest.mark.slow
 
 
-def train(cfg, root, out, env=None, **overrides):
-    t = cfg.train.model_copy(update=overrides)
+def train(cfg, root, out, env=None, launch=Overrides(), **settings):
+    t = cfg.train.model_copy(update=settings)
     lines = []
-    result = run_train(cfg.model, t, root / "tokenizer", root / "tokens", out, env or {}, log_line=lines.append)
+    result = run_train(cfg.model, t, root / "tokenizer", root / "tokens", out, env or {}, lines.append, launch)
     return result, lines
 
 
@@ -95,12 +96,12 @@ def test_injected_nan_loss_is_an_anomaly_event_and_exit_42(prepared_run, tmp_pat
     assert complete_tags(out / "checkpoints") == ["step_00000002"]  # nothing saved after the anomaly
 
 
-def test_skip_ranges_in_the_config_are_never_trained_on(prepared_run, tmp_path):
+def test_skip_ranges_handed_to_a_launch_are_never_trained_on(prepared_run, tmp_path):
     cfg, root = prepared_run
     per_step = cfg.train.micro_batch_size * 2 * cfg.train.grad_accum
     poisoned = (2 * per_step, 3 * per_step)
     result, _ = train(cfg, root, tmp_path / "train", env={"PRETRAIN_NAN_POSITIONS": "-".join(map(str, poisoned))},
-                      steps=4, save_every=4, skip_ranges=[poisoned])
+                      launch=Overrides(skip_ranges=(poisoned,)), steps=4, save_every=4)
     assert result["exit_code"] == 0  # the NaN samples were skipped
     from model.checkpoint import read_meta
 

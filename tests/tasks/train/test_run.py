@@ -18,7 +18,8 @@ from tasks.train.export import export_run_checkpoint
 from tasks.eval.lm_eval_tasks import run_lm_eval
 from tasks.tokenizer.train import load_tokenizer
 from tasks.common.ports import free_port
-from tasks.train.run import TrainingFailed, deepspeed_config, launcher_command, run_train
+from tasks.train.run import TrainingFailed, launcher_command, run_train
+from tasks.train.spec import deepspeed_config
 
 pytestmark = pytest.mark.slow
 
@@ -166,6 +167,8 @@ def test_training_leaves_no_deepspeed_buffers_in_dev_shm(prepared_run, tmp_path)
     assert not before
     result, lines = train(cfg, root, tmp_path / "train", steps=1, save_every=1, master_port=port)
     assert result["exit_code"] == 0
+    [removed] = [line for line in lines if "DeepSpeed buffer(s) from /dev/shm" in line]
+    assert removed.startswith("removed 2 ") and f"_{port}_" in removed  # one a rank: they existed, and went
     assert not list(Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_*_{port}_*"))
 
 

@@ -1,0 +1,98 @@
+"""Stage reuse in the flows: a stage whose recorded version is the one it would produce is not run again."""
+from __future__ import annotations
+
+import time
+
+from prefect.artifacts import create_markdown_artifact
+
+from flows import tracking
+from flows.common import StageRun, artifact_key
+from pretrain.config import PipelineConfig
+from tasks.common.versions import (StageVersion, expected_versions, output_dir, record_version, recorded_version,
+                                   stage_complete, why_rerun)
+
+
+NEWEST_ALIAS = "newest"  # MLflow reserves `latest`: models:/<name>/latest already names the newest version
+
+
+def planned_version(cfg: PipelineConfig, stage: str) -> StageVersion:
+    return expected_versions(cfg)[stage]
+
+
+def reused(cfg: PipelineConfig, stage: str, planned: StageVersion, force: bool) -> StageVersion | None:
+    """The recorded version when the stage's complete output is at the planned one (and no rerun is forced);
+    said in the log and as an artifact either way."""
+    recorded = recorded_version(cfg, stage) if stage_complete(cfg, stage) else None
+    if recorded is not None and recorded.version == planned.version and not force:
+        made = time.strftime("%Y-%m-%d %H:%M", time.localtime(recorded.provenance.get("time", 0)))
+        create_markdown_artifact(key=artifact_key(cfg, f"{stage}-version"), description=f"{stage}: reused", markdown=(
+            f"**{stage}**: reused, version `{recorded.version}` (made {made}, commit "
+            f"`{recorded.provenance.get('git_commit')}`): `{output_dir(cfg, stage)}`"))
+        print(f"{stage}: up to date at version {recorded.version}; reused {output_dir(cfg, stage)}")
+        return recorded
+    why = ["forced (--force)"] if force else why_rerun(recorded, planned) if stage_complete(cfg, stage) else \
+        ["no complete output"]
+    print(f"{stage}: running at version {planned.version}: " + "; ".join(why))
+    return None
+
+
+def record(run: StageRun, stage: str, planned: StageVersion) -> None:
+    """version.json beside the output, and the version, its inputs and provenance as tags of the stage's MLflow run."""
+    from prefect.runtime import flow_run
+
+    done = record_version(run.cfg, stage, planned, flow_run.id)
+    p = done.provenance
+    tags = {"stage_version": done.version, "git_commit": str(p["git_commit"]), "git_dirty": str(p["git_dirty"]),
+            "command": p["command"][:5000], **{f"input.{k}": v for k, v in done.inputs.items()},
+            **{f"package.{k}": str(v) for k, v in p["packages"].items()}}
+    for key, value in tags.items():
+        run.set_tag(key, value)
+    run.log_files(output_dir(run.cfg, stage), ("version.json",), stage)
+
+
+def log_lineage(run: StageRun, version: StageVersion, result: dict) -> None:
+    """The training run's inputs and outputs in MLflow: the token dataset it read (an MLflow dataset input,
+    digest = the tokenize stage's version) and its Hugging Face export as a version of the registered model
+    named after the run (alias `newest`), tagged with the versions it came from."""
+    from mlflow.data.dataset_source_registry import resolve_dataset_source
+    from mlflow.data.meta_dataset import MetaDataset
+    from mlflow.entities import DatasetInput, InputTag
+
+    client = tracking.client(run.mlflow_uri)
+    tokens = MetaDataset(resolve_dataset_source(str(run.dir("tokens"))), name=f"{run.cfg.name}-tokens",
+                         digest=version.inputs["tokenize"])
+    client.log_inputs(run.run_id, [DatasetInput(tokens._to_mlflow_entity(),
+                                                [InputTag("mlflow.data.context", "training")])])
+    if not result.get("hf_export"):
+        return
+    client.log_artifacts(run.run_id, result["hf_export"], "hf_export")
+    name = run.cfg.name
+    if not client.search_registered_models(f"name = '{name}'"):
+        client.create_registered_model(name, description=f"Hugging Face exports of the `{name}` training runs")
+    model = client.create_model_version(name, f"runs:/{run.run_id}/hf_export", run_id=run.run_id, tags={
+        "checkpoint": result["latest_checkpoint"], "train_version": version.version,
+        **{f"input.{k}": v for k, v in version.inputs.items()}})
+    client.set_registered_model_alias(name, NEWEST_ALIAS, model.version)
+    print(f"registered {name} version {model.version} (alias {NEWEST_ALIAS}) from {result['hf_export']}")
+
+
+def lineage(mlflow_uri: str, model_name: str, alias: str = "newest") -> dict:
+    """From a registered model version back to the data: the training run, the token dataset it read, and the
+    tokenize, tokenizer and clean stage runs at the versions it was trained on, with the clean manifest."""
+    client = tracking.client(mlflow_uri)
+    model = client.get_model_version_by_alias(model_name, alias)
+    train = client.get_run(model.run_id)
+    exp = train.info.experiment_id
+    runs = {"train": train}
+    for stage in ("tokenize", "tokenizer", "clean"):
+        wanted = train.data.tags.get(f"input.{stage}") or runs["tokenize"].data.tags.get(f"input.{stage}")
+        found = client.search_runs([exp], filter_string=f"tags.stage = '{stage}' and tags.stage_version = '{wanted}'",
+                                   order_by=["attributes.start_time DESC"], max_results=1)
+        if not found:
+            raise LookupError(f"no MLflow run of stage {stage} at version {wanted} (model {model_name} v{model.version})")
+        runs[stage] = found[0]
+    manifest = client.download_artifacts(runs["clean"].info.run_id, "clean/manifest.json")
+    return {"model_version": model.version, "runs": {k: r.info.run_id for k, r in runs.items()},
+            "versions": {k: r.data.tags.get("stage_version") for k, r in runs.items()},
+            "datasets": [(i.dataset.name, i.dataset.digest) for i in train.inputs.dataset_inputs],
+            "clean_manifest": manifest}

@@ -1,0 +1,67 @@
+"""The config, turned once into what the training program reads: the typed spec and the DeepSpeed config."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from model.anomaly import DetectorSettings
+from model.data import read_manifest
+from model.llama import ModelArgs
+from model.protocol import SPEC_FILE
+from model.redact import redact_url
+from model.spec import DataSpec, Overrides, Spec, TrainSpec, picked
+from pretrain.config import ModelConfig, TrainConfig
+from tasks.common.outputs import read_json, require_complete
+
+
+def deepspeed_config(t: TrainConfig) -> dict:
+    cfg = {
+        "train_micro_batch_size_per_gpu": t.micro_batch_size,
+        "gradient_accumulation_steps": t.grad_accum,
+        "gradient_clipping": t.grad_clip,
+        "optimizer": {"type": "AdamW", "params": {"lr": t.lr, "betas": [0.9, 0.95], "eps": 1e-8,
+                                                  "weight_decay": t.weight_decay}},
+        "zero_optimization": {"stage": t.zero_stage},
+        "bf16": {"enabled": t.precision == "bf16"},
+        "steps_per_print": 10**9,  # the program prints its own progress
+        "wall_clock_breakdown": False,
+    }
+    if t.accelerator == "cpu":
+        cfg["zero_allow_untested_optimizer"] = True
+    return cfg  # which AdamW implementation is decided on the ranks (model/optimizer.py), where DeepSpeed runs
+
+
+def model_args(m: ModelConfig, tokenizer_report: dict) -> ModelArgs:
+    return picked(ModelArgs, m, vocab_size=tokenizer_report["embedding_rows"])
+
+
+def data_spec(t: TrainConfig, tokens_dir: Path) -> DataSpec:
+    return picked(DataSpec, t, tokens_dir=str(tokens_dir), pool_by=t.mixture.by if t.mixture else "all",
+                  weights=dict(t.mixture.weights) if t.mixture else None)
+
+
+def train_spec(t: TrainConfig) -> TrainSpec:
+    # the ranks get URL passwords from the secrets file, not from the spec
+    return picked(TrainSpec, t, keep_abandoned=t.recovery.keep_abandoned,
+                  mirror_url=redact_url(t.mirror_url) if t.mirror_url else None)
+
+
+def detector_settings(t: TrainConfig) -> DetectorSettings | None:
+    return picked(DetectorSettings, t.anomaly) if t.anomaly.enabled else None
+
+
+def build_spec(model: ModelConfig, train: TrainConfig, tokenizer_dir: Path, tokens_dir: Path, out_dir: Path,
+               overrides: Overrides = Overrides()) -> Spec:
+    require_complete(tokens_dir, "tokenize")
+    require_complete(tokenizer_dir, "tokenizer")
+    return Spec(model_args(model, read_json(tokenizer_dir / "report.json")), train_spec(train),
+                data_spec(train, tokens_dir), detector_settings(train), overrides, deepspeed_config(train),
+                out_dir, read_manifest(tokens_dir)["version"])
+
+
+def write_spec(model: ModelConfig, train: TrainConfig, tokenizer_dir: Path, tokens_dir: Path, out_dir: Path,
+               overrides: Overrides = Overrides()) -> Path:
+    spec = build_spec(model, train, tokenizer_dir, tokens_dir, out_dir, overrides)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / SPEC_FILE
+    path.write_text(spec.to_json())
+    return path

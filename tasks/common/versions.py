@@ -20,6 +20,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from model.redact import redact
 from pretrain.config import SECTIONS_NEEDED, PipelineConfig, changes_result
 from tasks.common.outputs import is_complete, read_json, write_json
 
@@ -69,13 +70,15 @@ def counted_fields(value, prefix: str) -> dict:
 
 
 def section_fields(cfg: PipelineConfig, path: str) -> dict:
+    """The counted fields under a dotted path of the config; a password in a URL (a source's) shows as ***,
+    since version.json and the MLflow tags are read by everyone who can read the run."""
     head, _, rest = path.partition(".")
     value = getattr(cfg, head)
     if value is None:
         return {}
     for part in filter(None, rest.split(".")):
         value = getattr(value, part)
-    return counted_fields(value, path)
+    return {k: redact(v) for k, v in counted_fields(value, path).items()}
 
 
 def outside_inputs(cfg: PipelineConfig, stage: str) -> list:

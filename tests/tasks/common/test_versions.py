@@ -4,8 +4,8 @@ import shutil
 import pytest
 
 from pretrain.config import NO_EFFECT, PipelineConfig, changes_result, parse_config
-from tasks.common.versions import (STAGES, expected_versions, output_dir, record_version, recorded_version, status,
-                                   why_rerun)
+from tasks.common.versions import (STAGES, expected_versions, output_dir, record_version, recorded_version,
+                                   section_fields, status, why_rerun)
 from tests.conftest import tiny_dict
 
 # Every field left out of the versions, by the section it belongs to: changing this list is a decision.
@@ -104,3 +104,11 @@ def test_the_record_holds_the_inputs_and_provenance(recorded_run):
     p = tokens.provenance
     assert p["prefect_flow_run_id"] == "flow-run-1" and p["packages"]["torch"] and p["command"]
     assert len(p["git_commit"] or "x" * 40) == 40 and p["git_dirty"] in (True, False, None)
+
+
+def test_a_password_in_a_source_url_stays_out_of_the_version_record(tmp_path):
+    data = tiny_dict(tmp_path / "run")
+    data["clean"]["sources"].append({"path": "https://reader:hunter2-secret@example.org/corpus.jsonl"})
+    fields = section_fields(parse_config(data), "clean")  # (the full version would list the remote source)
+    assert fields["clean.sources[2].path"] == "https://reader:***@example.org/corpus.jsonl"
+    assert "hunter2-secret" not in repr(fields)

@@ -6,6 +6,7 @@ import os
 import sysconfig
 from pathlib import Path
 
+from pretrain import PROJECT_ROOT
 from pretrain.config import CleanConfig, TokenizerConfig
 from tasks.clean.stage import run_clean
 from tasks.tokenizer.train import run_tokenizer
@@ -35,7 +36,7 @@ def train_small_tokenizer(clean_dir: Path, out: Path, vocab: int = 32000) -> dic
 def default_shared() -> Path | None:
     """The folder holding corpora/ and fixtures/: $PRETRAIN_SHARED, else a `shared` folder beside the checkout
     or beside the working directory."""
-    candidates = [os.environ.get("PRETRAIN_SHARED"), Path(__file__).resolve().parents[2] / "shared",
+    candidates = [os.environ.get("PRETRAIN_SHARED"), PROJECT_ROOT.parent / "shared",
                   Path.cwd().parent / "shared", Path.cwd() / "shared"]
     return next((Path(c) for c in candidates if c and (Path(c) / "corpora").is_dir()), None)
 

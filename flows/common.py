@@ -54,6 +54,12 @@ class StageRun:
     def set_tag(self, key: str, value: str) -> None:
         tracking.client(self.mlflow_uri).set_tag(self.run_id, key, value)
 
+    def set_tags(self, tags: dict[str, str]) -> None:
+        """Many tags in one request (a stage's version and provenance are a dozen)."""
+        from mlflow.entities import RunTag
+
+        tracking.client(self.mlflow_uri).log_batch(self.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+
     def child(self, name: str, tags: dict) -> StageRun:
         """A new MLflow run under this one (a training attempt, a grid point), with its own curve."""
         run_id = tracking.start_run(self.mlflow_uri, self.experiment_id, name, self.run_id, tags)

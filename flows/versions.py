@@ -8,8 +8,7 @@ from prefect.artifacts import create_markdown_artifact
 from flows import tracking
 from flows.common import StageRun, artifact_key
 from pretrain.config import PipelineConfig
-from tasks.common.versions import (StageVersion, expected_versions, output_dir, record_version, recorded_version,
-                                   stage_complete, why_rerun)
+from tasks.common.versions import StageVersion, expected_versions, output_dir, record_version, stage_state
 
 
 NEWEST_ALIAS = "newest"  # MLflow reserves `latest`: models:/<name>/latest already names the newest version
@@ -22,17 +21,15 @@ def planned_version(cfg: PipelineConfig, stage: str) -> StageVersion:
 def reused(cfg: PipelineConfig, stage: str, planned: StageVersion, force: bool) -> StageVersion | None:
     """The recorded version when the stage's complete output is at the planned one (and no rerun is forced);
     said in the log and as an artifact either way."""
-    recorded = recorded_version(cfg, stage) if stage_complete(cfg, stage) else None
-    if recorded is not None and recorded.version == planned.version and not force:
+    state, why, recorded = stage_state(cfg, stage, planned)
+    if state == "up to date" and not force:
         made = time.strftime("%Y-%m-%d %H:%M", time.localtime(recorded.provenance.get("time", 0)))
         create_markdown_artifact(key=artifact_key(cfg, f"{stage}-version"), description=f"{stage}: reused", markdown=(
             f"**{stage}**: reused, version `{recorded.version}` (made {made}, commit "
             f"`{recorded.provenance.get('git_commit')}`): `{output_dir(cfg, stage)}`"))
         print(f"{stage}: up to date at version {recorded.version}; reused {output_dir(cfg, stage)}")
         return recorded
-    why = ["forced (--force)"] if force else why_rerun(recorded, planned) if stage_complete(cfg, stage) else \
-        ["no complete output"]
-    print(f"{stage}: running at version {planned.version}: " + "; ".join(why))
+    print(f"{stage}: running at version {planned.version}: " + "; ".join(["forced (--force)"] if force else why))
     return None
 
 
@@ -45,8 +42,7 @@ def record(run: StageRun, stage: str, planned: StageVersion) -> None:
     tags = {"stage_version": done.version, "git_commit": str(p["git_commit"]), "git_dirty": str(p["git_dirty"]),
             "command": p["command"][:5000], **{f"input.{k}": v for k, v in done.inputs.items()},
             **{f"package.{k}": str(v) for k, v in p["packages"].items()}}
-    for key, value in tags.items():
-        run.set_tag(key, value)
+    run.set_tags(tags)
     run.log_files(output_dir(run.cfg, stage), ("version.json",), stage)
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from model.redact import redact
+from pretrain import PROJECT_ROOT
 from pretrain.config import SECTIONS_NEEDED, PipelineConfig, changes_result
 from tasks.common.outputs import is_complete, read_json, write_json
 
@@ -32,7 +33,6 @@ SECTIONS = {"clean": ("clean",), "tokenizer": ("tokenizer", "model.max_seq_len")
             "train": ("model", "train")}
 INPUTS = {"clean": (), "tokenizer": ("clean",), "tokenize": ("clean", "tokenizer"), "train": ("tokenizer", "tokenize")}
 PACKAGES = ("torch", "deepspeed", "prefect", "tokenizers", "mlflow", "pyarrow")
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -91,7 +91,7 @@ def outside_inputs(cfg: PipelineConfig, stage: str) -> list:
 
 def git(*args: str) -> str | None:
     try:
-        out = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=10)
+        out = subprocess.run(["git", "-C", str(PROJECT_ROOT), *args], capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.strip() if out.returncode == 0 else None
@@ -103,13 +103,13 @@ def code_version() -> dict:
         package = metadata.version("pretrain-pipeline")
     except metadata.PackageNotFoundError:
         package = None
-    return {"package": package, "git_commit": git("rev-parse", "HEAD") if (ROOT / ".git").exists() else None}
+    return {"package": package, "git_commit": git("rev-parse", "HEAD") if (PROJECT_ROOT / ".git").exists() else None}
 
 
 def provenance(command: list[str] | None = None, flow_run_id: str | None = None) -> dict:
     """Who made an output and with what: commit (and whether the tree had uncommitted changes), package
     versions, the command line and the Prefect flow run."""
-    dirty = git("status", "--porcelain", "--untracked-files=no") if (ROOT / ".git").exists() else None
+    dirty = git("status", "--porcelain", "--untracked-files=no") if (PROJECT_ROOT / ".git").exists() else None
     packages = {}
     for name in PACKAGES:
         try:
@@ -188,27 +188,27 @@ def _show(value) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+def stage_state(cfg: PipelineConfig, stage: str, want: StageVersion) -> tuple[str, list[str], StageVersion | None]:
+    """(up to date | would rerun | missing | not in this config, why, the recorded version) of one versioned stage."""
+    recorded = recorded_version(cfg, stage)
+    if not stage_complete(cfg, stage):
+        return "missing", ["no complete output"], None
+    if not configured(cfg, stage):
+        return "not in this config", [f"needs the section(s) {', '.join(SECTIONS_NEEDED[stage])}"], recorded
+    if recorded is not None and recorded.version == want.version:
+        return "up to date", [], recorded
+    return "would rerun", why_rerun(recorded, want), recorded
+
+
 def status(cfg: PipelineConfig) -> list[dict]:
-    """Per stage: up to date / would rerun / missing, the versions, and why."""
-    expected, rows = expected_versions(cfg), []
-    for stage in STAGES:
-        if stage in UNVERSIONED:
-            rows.append({"stage": stage, "state": "", "recorded": "", "expected": "", "why": ""})
-            continue
-        recorded, want = recorded_version(cfg, stage), expected[stage]
-        if not stage_complete(cfg, stage):
-            state, why = "missing", ["no complete output"]
-        elif not configured(cfg, stage):
-            state, why = "not in this config", [f"needs the section(s) {', '.join(SECTIONS_NEEDED[stage])}"]
-        elif recorded is not None and recorded.version == want.version:
-            state, why = "up to date", []
-        else:
-            state, why = "would rerun", why_rerun(recorded, want)
-        rows.append({"stage": stage, "state": state, "recorded": recorded.version if recorded else "",
-                     "expected": want.version, "why": "; ".join(why)})
-    preflight = next(r for r in rows if r["stage"] == "preflight")
-    train_current = next(r for r in rows if r["stage"] == "train")["state"] == "up to date"
-    preflight.update(state="not needed" if train_current else "will run", why=(
-        "it gates training, and training is up to date" if train_current else
-        "checks the cluster as it is now, before training"))
-    return rows
+    """Per stage: up to date / would rerun / missing, the versions, and why; preflight runs when training does."""
+    rows = {}
+    for stage, want in expected_versions(cfg).items():
+        state, why, recorded = stage_state(cfg, stage, want)
+        rows[stage] = {"stage": stage, "state": state, "recorded": recorded.version if recorded else "",
+                       "expected": want.version, "why": "; ".join(why)}
+    train_current = rows["train"]["state"] == "up to date"
+    rows["preflight"] = {"stage": "preflight", "state": "not needed" if train_current else "will run", "recorded": "",
+                         "expected": "", "why": "it gates training, and training is up to date" if train_current
+                         else "checks the cluster as it is now, before training"}
+    return [rows[stage] for stage in STAGES]

@@ -15,6 +15,7 @@ import time
 import uuid
 from pathlib import Path
 
+from pretrain import PROJECT_ROOT
 from pretrain.config import HostConfig, PipelineConfig
 from tasks.train.launch import cluster_hosts, on_node, write_hostfile
 from tasks.preflight.checks import FAIL, PASS, WARN, Check
@@ -23,7 +24,7 @@ PREFLIGHT_HOSTFILE = "hostfile"
 
 
 def probe_node(host: HostConfig, node_command: list[str], run_root: Path, marker: str, timeout_s: float) -> dict:
-    project = str(Path(__file__).resolve().parents[2])
+    project = str(PROJECT_ROOT)
     cmd = [sys.executable, "-m", "tasks.preflight.node_probe", "--run-root", str(run_root), "--marker", marker]
     env = {**os.environ, "PYTHONPATH": project}
     cmd = on_node(node_command, host.name, cmd, env)

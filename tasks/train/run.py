@@ -15,6 +15,7 @@ from model.checkpoint import latest_complete, read_meta
 from model.protocol import (EVENTS_FILE, EXIT_ANOMALY, EXIT_CONFIG, EXIT_DONE, EXIT_HUNG, EXIT_STOPPED, EXIT_UNSAVED,
                             read_jsonl)
 from model.spec import Overrides
+from pretrain import PROJECT_ROOT
 from pretrain.config import ModelConfig, TrainConfig
 from tasks.common.lifetime import kill_group, sigterm_on_parent_death, stop_gracefully
 from tasks.common.failures import transient_text
@@ -58,7 +59,7 @@ def launcher_env(train: TrainConfig, mlflow_env: dict[str, str]) -> dict[str, st
         env["DS_ACCELERATOR"] = "cpu"
         env.setdefault("OMP_NUM_THREADS", "1")
     # the ranks import model.train from the project, wherever the launcher runs
-    root = str(Path(__file__).resolve().parents[2])
+    root = str(PROJECT_ROOT)
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
 

@@ -79,14 +79,20 @@ def prefect_api(url: str, path: str, body: dict | None = None):
     return httpx.post(f"{url}{path}", json=body or {}, timeout=30).json()
 
 
-def subflows_of(url: str, flow_name: str) -> dict[str, list[dict]]:
-    """sub-flow name -> its runs (oldest first) under the one run of the flow named flow_name."""
-    flows = {f["id"]: f["name"] for f in prefect_api(url, "/flows/filter")}
-    [parent] = [r for r in prefect_api(url, "/flow_runs/filter") if flows[r["flow_id"]] == flow_name]
-    tasks = prefect_api(url, "/task_runs/filter", {"flow_runs": {"id": {"any_": [parent["id"]]}}})
+def subflow_runs(url: str, parent_id: str) -> dict[str, list[dict]]:
+    """flow name -> its runs under the parent flow run, oldest first."""
+    tasks = prefect_api(url, "/task_runs/filter", {"flow_runs": {"id": {"any_": [parent_id]}}})
     runs = prefect_api(url, "/flow_runs/filter", {"flow_runs": {"parent_task_run_id": {"any_": [t["id"] for t in tasks]}},
                                                   "sort": "EXPECTED_START_TIME_ASC"})
+    flows = {f["id"]: f["name"] for f in prefect_api(url, "/flows/filter")}
     out: dict[str, list[dict]] = {}
     for r in runs:
         out.setdefault(flows[r["flow_id"]], []).append(r)
     return out
+
+
+def subflows_of(url: str, flow_name: str) -> dict[str, list[dict]]:
+    """sub-flow name -> its runs (oldest first) under the one run of the flow named flow_name."""
+    flows = {f["id"]: f["name"] for f in prefect_api(url, "/flows/filter")}
+    [parent] = [r for r in prefect_api(url, "/flow_runs/filter") if flows[r["flow_id"]] == flow_name]
+    return subflow_runs(url, parent["id"])

@@ -27,6 +27,7 @@ from tasks.common.outputs import read_json
 from tasks.common.ports import free_port
 from tasks.tokenizer.train import load_tokenizer
 from tests.conftest import ROOT, tiny_dict
+from tests.flows.conftest import prefect_api, subflow_runs
 
 pytestmark = pytest.mark.slow
 
@@ -113,9 +114,7 @@ def flow_run_state(env, run_id: str) -> str:
 
 
 def api(env, path: str, body: dict | None = None):
-    import httpx
-
-    return httpx.post(f"{env['PREFECT_API_URL']}{path}", json=body or {}, timeout=30).json()
+    return prefect_api(env["PREFECT_API_URL"], path, body)
 
 
 def wait_for_state(env, run_id: str, states: set[str], seconds: int) -> str:
@@ -124,18 +123,6 @@ def wait_for_state(env, run_id: str, states: set[str], seconds: int) -> str:
         assert time.time() < deadline, f"flow run {run_id} still {state} after {seconds} s"
         time.sleep(3)
     return state
-
-
-def subflow_runs(env, parent_id: str) -> dict[str, list[dict]]:
-    """flow name -> its runs under the parent flow run, oldest first."""
-    tasks = api(env, "/task_runs/filter", {"flow_runs": {"id": {"any_": [parent_id]}}})
-    runs = api(env, "/flow_runs/filter", {"flow_runs": {"parent_task_run_id": {"any_": [t["id"] for t in tasks]}},
-                                          "sort": "EXPECTED_START_TIME_ASC"})
-    flows = {f["id"]: f["name"] for f in api(env, "/flows/filter")}
-    out: dict[str, list[dict]] = {}
-    for r in runs:
-        out.setdefault(flows[r["flow_id"]], []).append(r)
-    return out
 
 
 def stage_outputs(root: Path) -> dict[str, float]:
@@ -162,7 +149,7 @@ def test_full_deployment_fails_mid_training_and_a_retry_runs_only_what_did_not_f
 
     # finished stages came back from their persisted results: same sub-flow run, outputs untouched
     assert stage_outputs(root) == before
-    runs = subflow_runs(pg_stack, run_id)
+    runs = subflow_runs(pg_stack["PREFECT_API_URL"], run_id)
     for stage in ("clean", "tokenizer", "tokenize", "preflight"):
         assert [r["state_type"] for r in runs[stage]] == ["COMPLETED"], stage
     assert [r["state_type"] for r in runs["train"]] == ["FAILED", "COMPLETED"]

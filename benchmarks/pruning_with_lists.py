@@ -24,6 +24,7 @@ from pretrain.config import PruneConfig, TokenizerConfig  # noqa: E402
 from tasks.tokenizer.train import (PRUNE_USAGE_DOCS, SPECIAL_TOKENS, reserved_names, sample_corpus,  # noqa: E402
                              train_tokenizer)
 from tasks.tokenizer.prune import prune_tokenizer  # noqa: E402
+from tasks.tokenizer.report import token_text  # noqa: E402
 
 EVERYDAY = ["铃声", "自拍", "按摩", "客服", "网络", " small"]
 
@@ -47,7 +48,9 @@ def main() -> None:
         by_channel.setdefault(channel, []).append(text)
     special = set(SPECIAL_TOKENS) | set(reserved_names(cfg.reserved_tokens))
     docs = {c: len(t) for c, t in by_channel.items()}
-    print(f"vocabulary {tok.get_vocab_size()}; usage sample per channel: {docs}\n")
+    cut = [t for t in tok.get_vocab(with_added_tokens=False) if t not in special and token_text(t) is None]
+    print(f"vocabulary {tok.get_vocab_size()}; usage sample per channel: {docs}; {len(cut)} tokens cut a UTF-8 "
+          f"character (judged by the whole characters they hold)\n")
     header = f"{'protection':<22}{'removed':>9}{'protected':>11}{'left holding a term':>21}  everyday words kept"
     print(header)
     print("-" * (len(header) + 30))

@@ -18,10 +18,11 @@ from tokenizers import Tokenizer
 
 from pretrain.config import PruneConfig
 from tasks.clean.rules.dirty import Lexicon, builtin_paths, parse_terms, read_list
-from tasks.tokenizer.report import byte_decoder, token_text
+from tasks.tokenizer.report import byte_decoder, token_text, whole_characters
 
 # a piece of a URL: the scheme separator, www., or a domain / page suffix; a bare "http" is a word
 # (HTTPConnection, "the HTTP header") and stays
+CUT = "\ufffd"  # marks where a token cuts a character
 _URL = re.compile(r"://|www\.|\.(com|net|org|cn|html?|php)\b", re.I)
 
 
@@ -164,8 +165,8 @@ def prune_tokenizer(tok: Tokenizer, clean_texts: dict[str, list[str]] | list[str
     for token, idx in sorted(vocab.items(), key=lambda kv: kv[1]):
         if token in special or token in alphabet:
             continue
-        text = token_text(token)
-        reason = candidate_reason(text, lexicon, cfg) if text is not None else None
+        text = judged_text(token)
+        reason = candidate_reason(text.strip(CUT), lexicon, cfg) if text is not None else None
         if reason is None:
             continue
         closure = removal_closure(token, children) - alphabet - special
@@ -173,11 +174,11 @@ def prune_tokenizer(tok: Tokenizer, clean_texts: dict[str, list[str]] | list[str
         if kept_by:
             channel, busiest, docs = kept_by
             result.protected.append({"token": text, "reason": reason, "documents": docs, "channel": channel,
-                                     "because_of": tok.id_to_token(busiest) and token_text(tok.id_to_token(busiest))})
+                                     "because_of": tok.id_to_token(busiest) and judged_text(tok.id_to_token(busiest))})
             continue
         result.removed.setdefault(reason, []).append(text)
         for extra in sorted(closure - {token} - removed, key=lambda t: vocab.get(t, 0)):
-            result.removed.setdefault("built_from_removed_token", []).append(token_text(extra) or extra)
+            result.removed.setdefault("built_from_removed_token", []).append(judged_text(extra) or extra)
         removed |= closure
     result.tokenizer = rebuild(data, removed) if removed else tok
     result.remaining_matches = remaining_list_matches(result.tokenizer, lexicon, special)
@@ -188,10 +189,17 @@ def remaining_list_matches(tok: Tokenizer, lexicon: Lexicon, special: set[str]) 
     """Tokens left in the vocabulary that still hold a list term as a word (protected ones, or missed)."""
     found = []
     for token in sorted(tok.get_vocab(with_added_tokens=False), key=tok.token_to_id):
-        text = token_text(token) if token not in special else None
-        if text and text.strip() and any(not t.isascii() or text[:1].isspace() for t, _ in lexicon.hits(text.strip())):
+        text = (judged_text(token) or "").strip(CUT) if token not in special else ""
+        if text.strip() and any(not t.isascii() or text[:1].isspace() for t, _ in lexicon.hits(text.strip())):
             found.append(text)
     return found
+
+
+def judged_text(token: str) -> str | None:
+    """A token's text; for one that starts or ends inside a character, the whole characters it holds, marked with
+    U+FFFD where a character is cut ('色情内\ufffd'): a dirty term inside such a piece is still a dirty term."""
+    text = token_text(token)
+    return text if text is not None else whole_characters(token)
 
 
 def verify(tok: Tokenizer, texts: list[str]) -> dict:

@@ -46,6 +46,25 @@ def token_text(token: str) -> str | None:
         return None
 
 
+def whole_characters(token: str) -> str | None:
+    """The complete characters inside a byte-level token that starts or ends inside a multi-byte character
+    ('\x9b色情内' + half of the next character holds 色情), shown with U+FFFD for the cut pieces; None for a special
+    token or bytes that are no UTF-8 even after the cut pieces are set aside."""
+    raw = token_bytes(token)
+    if raw is None:
+        return None
+    head = 0
+    while head < min(len(raw), 3) and 0x80 <= raw[head] <= 0xBF:  # continuation bytes of a character begun before
+        head += 1
+    for tail in range(min(4, len(raw) - head + 1)):  # the first bytes of a character finished after
+        try:
+            text = raw[head:len(raw) - tail].decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+        return "\ufffd" * bool(head) + text + "\ufffd" * bool(tail)
+    return None
+
+
 def vocabulary_diagnostics(tok: Tokenizer, special: set[str], longest: int = 10) -> dict:
     unreachable, partial, decoded = [], 0, []
     for token, idx in tok.get_vocab(with_added_tokens=False).items():

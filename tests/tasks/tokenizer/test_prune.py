@@ -4,6 +4,7 @@ import pytest
 from pretrain.config import PruneConfig, TokenizerConfig
 from tasks.tokenizer.train import SPECIAL_TOKENS, reserved_names, train_tokenizer
 from tasks.tokenizer.prune import merge_children, prune_tokenizer, removal_closure, verify
+from tasks.tokenizer.report import byte_decoder, whole_characters
 
 CLEAN = ["The old lighthouse keeper wrote the weather in his logbook every evening.",
          "A good recipe for bread needs flour, water, salt and yeast.",
@@ -115,7 +116,30 @@ def test_everyday_words_on_dirty_lists_stay_and_nothing_dirty_remains(tmp_path):
     words.write_text("按摩\n铃声\n色情\n")
     result = prune_tokenizer(tok, {"zh": ZH * 10}, PruneConfig(lexicons=[str(words)]), specials())
     left = {result.tokenizer.decode([i]) for i in result.tokenizer.get_vocab().values()}
-    whole = {t for t in left if "\ufffd" not in t}  # tokens that end inside a character are not text to judge
-    assert "举报色情网站" in result.removed["dirty_lexicon"] and not any("色情" in t for t in whole)
+    assert "举报色情网站" in result.removed["dirty_lexicon"] and not any("色情" in t for t in left)
     assert "按摩" in left and any("铃声" in t for t in left)
     assert result.summary()["remaining_list_matches"] == 0
+
+
+def test_tokens_that_cut_a_character_are_judged_by_the_characters_they_hold():
+    """Byte-level BPE learns pieces such as '色情内' + the first byte of 容: no UTF-8 text, but a dirty term all the
+    same; before, pruning skipped every such piece and they stayed in the vocabulary."""
+    texts = ["举报色情网站，色情内容必须删除。"] * 60
+    tok = train_tokenizer(texts + ZH * 30, TokenizerConfig(vocab_size=400, reserved_tokens=4, min_frequency=2))
+    partial = [t for t in (tok.decode([i]) for i in tok.get_vocab().values()) if "色情" in t and "\ufffd" in t]
+    assert partial  # this corpus does teach such pieces
+    result = prune_tokenizer(tok, {"zh": ZH * 10}, PruneConfig(), specials())
+    removed = result.removed["dirty_lexicon"]
+    assert any("色情" in t and "\ufffd" in t for t in removed)  # shown with U+FFFD where a character is cut
+    left = [result.tokenizer.decode([i]) for i in result.tokenizer.get_vocab().values()]
+    assert not any("色情" in t for t in left) and result.summary()["remaining_list_matches"] == 0
+    assert verify(result.tokenizer, texts + ZH)["roundtrip_failures_after_pruning"] == 0
+
+
+def test_whole_characters_sets_the_cut_bytes_aside():
+    to_token = {b: c for c, b in byte_decoder().items()}
+    piece = lambda raw: "".join(to_token[b] for b in raw)  # noqa: E731
+    word = "色情内".encode()
+    assert whole_characters(piece(word[:-1])) == "色情\ufffd"
+    assert whole_characters(piece("站色情".encode()[2:])) == "\ufffd色情"
+    assert whole_characters(piece(word)) == "色情内" and whole_characters("\u2581x") is None  # no byte-level piece

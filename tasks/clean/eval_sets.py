@@ -17,6 +17,7 @@ import re
 import unicodedata
 import zlib
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Iterator
 
 import numpy as np
@@ -31,7 +32,24 @@ _MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)  # odd, so the polynomial mixes ever
 
 
 def tokens(text: str) -> list[str]:
-    return _TOKEN.findall(unicodedata.normalize("NFKC", text).lower())
+    return _TOKEN.findall(unicodedata.normalize("NFKC", text).lower().translate(_simplified_characters()))
+
+
+@lru_cache(maxsize=1)
+def _simplified_characters() -> dict[int, str]:
+    """Each Traditional CJK character's Simplified form (OpenCC t2s, character by character): a benchmark published
+    in Traditional script is found in a Simplified corpus, and the other way round, whether or not the clean stage
+    converts its documents (clean.normalize.traditional_to_simplified)."""
+    from tasks.clean.normalize import to_simplified
+
+    table = {}
+    for low, high in ((0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF)):
+        chars = [chr(c) for c in range(low, high + 1)]
+        # one character a line, so that no two neighbours in the code table are read as a phrase
+        for char, simple in zip(chars, to_simplified("\n".join(chars)).split("\n")):
+            if simple != char:
+                table[ord(char)] = simple
+    return table
 
 
 def window_hashes(toks: list[str], n: int) -> np.ndarray:

@@ -122,3 +122,33 @@ def test_an_eval_set_that_names_nothing_is_an_error_naming_the_setting(tmp_path)
     empty.write_text("")
     with pytest.raises(ValueError, match=r"no records read .* fix clean.rules.decontam.eval_sets"):
         load_eval_ngrams(EvalSet(name="e", path=str(empty)), DecontamSettings().ngram)
+
+
+def test_a_leak_is_found_across_traditional_and_simplified_script(real, tmp_path):
+    """A benchmark published in Traditional script leaks into a Simplified corpus, and the other way round; the
+    clean stage's own conversion (normalize.traditional_to_simplified) is off here, so only decontamination's
+    character-by-character t2s can see it."""
+    from opencc import OpenCC
+
+    _, news = real
+    s2t = OpenCC("s2t").convert
+    leak_a, leak_b = news[8][100:220], news[9][100:220]
+    assert s2t(leak_a) != leak_a and s2t(leak_b) != leak_b  # the scripts really differ on these passages
+    folder = tmp_path / "eval"
+    folder.mkdir()
+    (folder / "traditional.jsonl").write_text(json.dumps({"q": s2t(leak_a)}, ensure_ascii=False) + "\n", encoding="utf-8")
+    (folder / "simplified.jsonl").write_text(json.dumps({"q": leak_b}, ensure_ascii=False) + "\n", encoding="utf-8")
+    docs = {"simplified-doc": news[50][:300] + leak_a[20:90] + news[51][:300],
+            "traditional-doc": s2t(news[52][:300] + leak_b[10:80] + news[53][:300]),
+            "clean-doc": s2t(news[54][:400])}
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"id": k, "text": v}, ensure_ascii=False) + "\n" for k, v in docs.items()),
+                      encoding="utf-8")
+    sets = [{"name": "trad", "path": str(folder / "traditional.jsonl")},
+            {"name": "simp", "path": str(folder / "simplified.jsonl")}]
+    cfg = CleanConfig.model_validate({"sources": [{"path": str(corpus), "id_field": "id"}], "dedup": {"near": False},
+                                      "rules": {**OTHER_RULES_OFF, "decontam": {"eval_sets": sets}}})
+    assert cfg.normalize.traditional_to_simplified is False
+    run_clean(cfg, tmp_path / "clean")
+    rejects = {r["id"]: r["reason"] for r in ds.dataset(tmp_path / "clean" / "rejects").to_table().to_pylist()}
+    assert rejects == {"simplified-doc": "eval_overlap_trad", "traditional-doc": "eval_overlap_simp"}

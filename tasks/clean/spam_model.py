@@ -7,9 +7,10 @@ from the corpus's own genres (news, reviews, web pages; label 0) teach it that c
 vocabulary is not spam: without them a model learned from messages flags formal prose.
 
 Its threshold comes from stratified 5-fold cross-validation over the examples, run when the
-stage starts: the lowest probability whose out-of-fold ham removal stays within
-`max_ham_rate`, among the examples the rule would ask it about (`judged`). The model keeps
-the threshold and the out-of-fold rates; the clean manifest reports them.
+stage starts, with copies and near-copies of an example kept in its fold: the lowest
+probability whose out-of-fold ham removal stays within `max_ham_rate`, among the examples the
+rule would ask it about (`judged`). The model keeps the threshold and the out-of-fold rates;
+the clean manifest reports them.
 """
 from __future__ import annotations
 
@@ -95,18 +96,16 @@ class SpamModel:
     def cross_validated(cls, examples: list[tuple[bool, str]], max_chars: int = 2000, max_ham_rate: float = 0.005,
                         judged: Callable[[str], bool] = lambda text: True, folds: int = 5) -> "SpamModel":
         """The model on all examples, with the threshold that out-of-fold scores support."""
-        from sklearn.model_selection import StratifiedKFold
-
         labels = [s for s, _ in examples]
-        folds = max(2, min(folds, sum(labels), len(labels) - sum(labels)))
         model = cls(examples, max_chars)
         scores: list[float | None] = [None] * len(examples)
-        for train, held in StratifiedKFold(folds, shuffle=True, random_state=0).split(examples, labels):
+        splits = grouped_folds(examples, folds)
+        for train, held in splits:
             fold_model = cls([examples[i] for i in train], max_chars)
             asked = [i for i in held if len(examples[i][1]) <= model.judges_up_to_chars and judged(examples[i][1])]
             for i, score in zip(asked, fold_model.scores([examples[i][1] for i in asked])):
                 scores[i] = score
-        model.cv = choose_threshold(labels, scores, max_ham_rate, folds)
+        model.cv = choose_threshold(labels, scores, max_ham_rate, len(splits))
         return model
 
     def scores(self, texts: list[str]) -> list[float]:
@@ -117,6 +116,52 @@ class SpamModel:
 
     def score(self, text: str) -> float:
         return self.scores([text])[0]
+
+
+def grouped_folds(examples: list[tuple[bool, str]], folds: int = 5) -> list[tuple[list[int], list[int]]]:
+    """(train, held) index lists of stratified folds in which copies and near-copies never sit on both sides."""
+    from sklearn.model_selection import StratifiedGroupKFold
+
+    labels = [s for s, _ in examples]
+    groups = near_duplicate_groups([t for _, t in examples])
+    spam_groups = len({g for g, y in zip(groups, labels) if y})
+    folds = max(2, min(folds, spam_groups, len(set(groups)) - spam_groups))
+    splitter = StratifiedGroupKFold(folds, shuffle=True, random_state=0)
+    return [(list(train), list(held)) for train, held in splitter.split(examples, labels, groups)]
+
+
+def near_duplicate_groups(texts: list[str], min_jaccard: float = 0.7) -> list[int]:
+    """A group id per text: copies and near-copies (the clean stage's MinHash, Jaccard estimate >= min_jaccard) share
+    one, so cross-validation keeps them in one fold. Spam campaigns repeat a message with small edits; a copy on
+    each side of a fold scores the model on text it learned and promises a recall it will not reach."""
+    from pretrain.config import DedupConfig
+    from tasks.clean.channel import detect_channel
+    from tasks.clean.features import DocFeatures
+    from tasks.clean.minhash import MinHasher, jaccard_estimate
+
+    hasher, parent = MinHasher(DedupConfig()), list(range(len(texts)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    first_of: dict[str, int] = {}
+    signatures, buckets = {}, {}
+    for i, text in enumerate(texts):
+        key = " ".join(text.lower().split())
+        if key in first_of:  # an exact copy: no signature needed, and the LSH buckets stay short
+            parent[i] = first_of[key]
+            continue
+        first_of[key] = i
+        signatures[i] = hasher.signature(text, detect_channel(DocFeatures(text)))
+        for band in enumerate(hasher.bands_of(signatures[i])):
+            for j in buckets.setdefault(band, []):
+                if root(i) != root(j) and jaccard_estimate(signatures[i], signatures[j]) >= min_jaccard:
+                    parent[root(i)] = root(j)
+            buckets[band].append(i)
+    return [root(i) for i in range(len(texts))]
 
 
 def spam_length_cap(examples: list[tuple[bool, str]]) -> int:

@@ -9,7 +9,7 @@ from tasks.clean.features import DocFeatures
 from tasks.clean.normalize import normalize_text
 from tasks.clean.rules.base import Doc
 from tasks.clean.rules.dirty import DirtyRule
-from tasks.clean.spam_model import channel_models, read_examples
+from tasks.clean.spam_model import channel_models, grouped_folds, near_duplicate_groups, read_examples
 from tests.conftest import CORPORA, need_shared
 
 
@@ -58,3 +58,22 @@ def test_one_model_per_channel_and_held_out_quality_on_real_sms(tmp_path):
 
 def test_without_examples_the_rule_is_the_lexicons_alone():
     assert DirtyRule(DirtySettings()).classifiers == {}
+
+
+def test_copies_of_an_example_stay_in_one_fold_so_cross_validation_promises_no_more_than_it_holds():
+    """Spam campaigns send one message with small edits. With a copy on each side of a fold, the out-of-fold
+    recall measures memory: the English SMS set's tune half has 85 of 382 spam in such groups."""
+    _, en = sms_rows()
+    spam = [t for s, t in en if s and len(t.split()) >= 15][:60]
+    ham = [t for s, t in en if not s][:600]
+    edited = [t.replace(" ", "  ", 1) + " Txt STOP" for t in spam]  # a near-copy: two more words, spacing changed
+    groups = near_duplicate_groups(spam + edited + ham)
+    assert all(groups[i] == groups[60 + i] for i in range(60))
+    assert len(set(groups[:60])) >= 55  # distinct messages stay apart (a few real ones are near-copies already)
+    examples = [(True, t) for t in spam + edited] + [(False, t) for t in ham]
+    splits = grouped_folds(examples)
+    assert len(splits) == 5 and sorted(i for _, held in splits for i in held) == list(range(len(examples)))
+    for train, held in splits:
+        held_groups = {groups[i] for i in held}
+        assert not any(groups[i] in held_groups for i in train)
+        assert 0.05 < sum(examples[i][0] for i in held) / len(held) < 0.3  # still stratified

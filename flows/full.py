@@ -15,6 +15,7 @@ from flows.preflight import preflight_flow
 from flows.tokenizer import tokenizer_flow
 from flows.tokens import tokenize_flow
 from flows.train import train_flow
+from flows.versions import planned_versions
 from pretrain.config import PipelineConfig, resolve_config
 from tasks.common.versions import STAGES, status
 
@@ -28,7 +29,7 @@ def pretrain(config: PipelineConfig | str = DEFAULT_CONFIG, force: list[str] | N
         raise ValueError(f"force names no stage: {sorted(unknown)}; stages are {list(STAGES)}")
     run = mlflow_run(cfg, cfg.name, None, {"run_root": str(cfg.run_root_path())})
     run.log_params({"run_root": str(run.root), "name": cfg.name})
-    stages = status(cfg)
+    stages = status(cfg, planned_versions(cfg))
     table_artifact(run, "status", stages, "Stages at the start of this run: up to date (reused), would rerun "
                    "(and why), missing" + (f"; forced: {sorted(force)}" if force else ""))
     # preflight gates training: with training up to date (and not forced) there is nothing to check the cluster for

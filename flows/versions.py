@@ -14,8 +14,33 @@ from tasks.common.versions import StageVersion, expected_versions, output_dir, r
 NEWEST_ALIAS = "newest"  # MLflow reserves `latest`: models:/<name>/latest already names the newest version
 
 
+_PLANNED: dict[tuple[str, str], dict[str, StageVersion]] = {}
+RUNS_REMEMBERED = 4
+
+
 def planned_version(cfg: PipelineConfig, stage: str) -> StageVersion:
-    return expected_versions(cfg)[stage]
+    return planned_versions(cfg)[stage]
+
+
+def planned_versions(cfg: PipelineConfig) -> dict[str, StageVersion]:
+    """Every versioned stage's planned version, once per pipeline run (outside a flow run, every time)."""
+    from prefect.runtime import flow_run
+
+    return versions_of_run(cfg, flow_run.root_flow_run_id or None)
+
+
+def versions_of_run(cfg: PipelineConfig, run_id: str | None) -> dict[str, StageVersion]:
+    """The planned versions computed at the first request of a run and kept for its other stages: the clean
+    version lists and stats every input file, which takes a while on a large remote corpus, and the status
+    table and each stage flow of a run ask for it. A new run computes them again (the corpus may have changed)."""
+    if run_id is None:
+        return expected_versions(cfg)
+    key = (run_id, cfg.model_dump_json())
+    if key not in _PLANNED:
+        while len(_PLANNED) >= RUNS_REMEMBERED:
+            _PLANNED.pop(next(iter(_PLANNED)))
+        _PLANNED[key] = expected_versions(cfg)
+    return _PLANNED[key]
 
 
 def reused(cfg: PipelineConfig, stage: str, planned: StageVersion, force: bool) -> StageVersion | None:

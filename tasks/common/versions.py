@@ -200,10 +200,11 @@ def stage_state(cfg: PipelineConfig, stage: str, want: StageVersion) -> tuple[st
     return "would rerun", why_rerun(recorded, want), recorded
 
 
-def status(cfg: PipelineConfig) -> list[dict]:
-    """Per stage: up to date / would rerun / missing, the versions, and why; preflight runs when training does."""
+def status(cfg: PipelineConfig, expected: dict[str, StageVersion] | None = None) -> list[dict]:
+    """Per stage: up to date / would rerun / missing, the versions (expected: already computed), and why;
+    preflight runs when training does."""
     rows = {}
-    for stage, want in expected_versions(cfg).items():
+    for stage, want in (expected or expected_versions(cfg)).items():
         state, why, recorded = stage_state(cfg, stage, want)
         rows[stage] = {"stage": stage, "state": state, "recorded": recorded.version if recorded else "",
                        "expected": want.version, "why": "; ".join(why)}

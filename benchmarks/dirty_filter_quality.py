@@ -1,6 +1,6 @@
 """Quality of the dirty-content rule on text nobody tuned on.
 
-    python benchmarks/dirty_filter_quality.py [--shared ../shared] [--extra DIR] [--show-tune]
+    python benchmarks/dirty_filter_quality.py [--shared ../shared] [--extra DIR] [--score tune] [--show-removed N]
 
 Labeled spam/ham sets (../shared/corpora/dirty) and clean corpora (../shared/corpora/zh, en;
 with --extra, the clean Chinese genres of SophonPlus/ChineseNlpCorpus: waimai_10k.csv and
@@ -98,7 +98,7 @@ def labeled_table(sets: dict, rules: dict[str, DirtyRule], scored: str) -> None:
                   f"{len(ham):>6}{rate(h, len(ham)):>23}  {ok}")
 
 
-def collateral_table(corpora: dict, rules: dict[str, DirtyRule], scored: str, show_tune: bool) -> None:
+def collateral_table(corpora: dict, rules: dict[str, DirtyRule], scored: str, show_removed: int) -> None:
     header = f"{'clean corpus / genre':<60}{'lists':<24}{'docs':>7}{'removed [95% CI]':>22}  target"
     print(header)
     print("-" * len(header))
@@ -116,17 +116,19 @@ def collateral_table(corpora: dict, rules: dict[str, DirtyRule], scored: str, sh
                 for genre, g in sorted(hits.items()):
                     ok = "met" if 100 * sum(g) / len(g) <= GENRE_TARGET else "missed"
                     print(f"{'    ' + genre:<60}{label:<24}{len(g):>7}{rate(sum(g), len(g)):>22}  {ok}")
-            if show_tune:
-                shown = [t for _, t in tune if removed(rule, t)][:5]
-                for text in shown:
-                    print(f"        tune row removed: {' '.join(text.split())[:150]}")
+            if show_removed:
+                rows = held.rows if scored == "held-out" else tune
+                for genre, text in [(g, t) for g, t in rows if removed(rule, t)][:show_removed]:
+                    print(f"        {scored} row removed ({genre}): {' '.join(text.split())[:150]}")
 
 
 def main() -> None:
     parser = benchmark_parser(__doc__)
     parser.add_argument("--extra", type=Path, default=None, help="folder with waimai_10k.csv and "
                         "online_shopping_10_cats.csv (SophonPlus/ChineseNlpCorpus)")
-    parser.add_argument("--show-tune", action="store_true", help="print tune rows each variant removes (for tuning)")
+    parser.add_argument("--show-removed", type=int, default=0, metavar="N", help="print up to N rows of each clean "
+                        "corpus that each variant removes, from the scored half (tune while tuning; held-out only "
+                        "to read what a final score counted)")
     parser.add_argument("--score", choices=["held-out", "tune"], default="held-out",
                         help="which half to score: tune only while tuning lists and settings; report held-out")
     args = parser.parse_args()
@@ -138,7 +140,7 @@ def main() -> None:
     print_cross_validation(rules["built-in + classifier"])
     labeled_table(sets, rules, args.score)
     print()
-    collateral_table(clean, rules, args.score, args.show_tune)
+    collateral_table(clean, rules, args.score, args.show_removed)
 
 
 def print_cross_validation(rule: DirtyRule) -> None:

@@ -61,7 +61,7 @@ def channel_models(examples: list[tuple[bool, str]], max_chars: int = 2000, max_
         text, _ = normalize_text(text)
         if text.strip():
             by_channel.setdefault(detect_channel(DocFeatures(text)), []).append((is_spam, text))
-    return {c: SpamModel.cross_validated(rows, max_chars, max_ham_rate, judged) for c, rows in by_channel.items()
+    return {c: SpamModel.cross_validated(rows, c, max_chars, max_ham_rate, judged) for c, rows in by_channel.items()
             if min(sum(s for s, _ in rows), sum(not s for s, _ in rows)) >= MIN_CLASS_EXAMPLES}
 
 
@@ -93,13 +93,14 @@ class SpamModel:
         self.cv: CrossValidation | None = None
 
     @classmethod
-    def cross_validated(cls, examples: list[tuple[bool, str]], max_chars: int = 2000, max_ham_rate: float = 0.005,
-                        judged: Callable[[str], bool] = lambda text: True, folds: int = 5) -> "SpamModel":
-        """The model on all examples, with the threshold that out-of-fold scores support."""
+    def cross_validated(cls, examples: list[tuple[bool, str]], channel: str, max_chars: int = 2000,
+                        max_ham_rate: float = 0.005, judged: Callable[[str], bool] = lambda text: True,
+                        folds: int = 5) -> "SpamModel":
+        """The model on all examples (of one channel), with the threshold that out-of-fold scores support."""
         labels = [s for s, _ in examples]
         model = cls(examples, max_chars)
         scores: list[float | None] = [None] * len(examples)
-        splits = grouped_folds(examples, folds)
+        splits = grouped_folds(examples, channel, folds)
         for train, held in splits:
             fold_model = cls([examples[i] for i in train], max_chars)
             asked = [i for i in held if len(examples[i][1]) <= model.judges_up_to_chars and judged(examples[i][1])]
@@ -118,50 +119,42 @@ class SpamModel:
         return self.scores([text])[0]
 
 
-def grouped_folds(examples: list[tuple[bool, str]], folds: int = 5) -> list[tuple[list[int], list[int]]]:
+def grouped_folds(examples: list[tuple[bool, str]], channel: str, folds: int = 5) -> list[tuple[list[int], list[int]]]:
     """(train, held) index lists of stratified folds in which copies and near-copies never sit on both sides."""
     from sklearn.model_selection import StratifiedGroupKFold
 
     labels = [s for s, _ in examples]
-    groups = near_duplicate_groups([t for _, t in examples])
+    groups = near_duplicate_groups([t for _, t in examples], channel)
     spam_groups = len({g for g, y in zip(groups, labels) if y})
     folds = max(2, min(folds, spam_groups, len(set(groups)) - spam_groups))
     splitter = StratifiedGroupKFold(folds, shuffle=True, random_state=0)
     return [(list(train), list(held)) for train, held in splitter.split(examples, labels, groups)]
 
 
-def near_duplicate_groups(texts: list[str], min_jaccard: float = 0.7) -> list[int]:
-    """A group id per text: copies and near-copies (the clean stage's MinHash, Jaccard estimate >= min_jaccard) share
-    one, so cross-validation keeps them in one fold. Spam campaigns repeat a message with small edits; a copy on
-    each side of a fold scores the model on text it learned and promises a recall it will not reach."""
+def near_duplicate_groups(texts: list[str], channel: str, min_jaccard: float = 0.7) -> list[int]:
+    """A group id per text of one channel: copies and near-copies (the clean stage's MinHash, Jaccard estimate >=
+    min_jaccard) share one, so cross-validation keeps them in one fold. Spam campaigns repeat a message with small
+    edits; a copy on each side of a fold scores the model on text it learned and promises a recall it will not reach."""
     from pretrain.config import DedupConfig
-    from tasks.clean.channel import detect_channel
-    from tasks.clean.features import DocFeatures
+    from tasks.clean.dedup import UnionFind
     from tasks.clean.minhash import MinHasher, jaccard_estimate
 
-    hasher, parent = MinHasher(DedupConfig()), list(range(len(texts)))
-
-    def root(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
+    hasher, groups = MinHasher(DedupConfig()), UnionFind()
     first_of: dict[str, int] = {}
     signatures, buckets = {}, {}
     for i, text in enumerate(texts):
         key = " ".join(text.lower().split())
         if key in first_of:  # an exact copy: no signature needed, and the LSH buckets stay short
-            parent[i] = first_of[key]
+            groups.union(first_of[key], i)
             continue
         first_of[key] = i
-        signatures[i] = hasher.signature(text, detect_channel(DocFeatures(text)))
+        signatures[i] = hasher.signature(text, channel)
         for band in enumerate(hasher.bands_of(signatures[i])):
             for j in buckets.setdefault(band, []):
-                if root(i) != root(j) and jaccard_estimate(signatures[i], signatures[j]) >= min_jaccard:
-                    parent[root(i)] = root(j)
+                if groups.find(i) != groups.find(j) and jaccard_estimate(signatures[i], signatures[j]) >= min_jaccard:
+                    groups.union(i, j)
             buckets[band].append(i)
-    return [root(i) for i in range(len(texts))]
+    return [groups.find(i) for i in range(len(texts))]
 
 
 def spam_length_cap(examples: list[tuple[bool, str]]) -> int:

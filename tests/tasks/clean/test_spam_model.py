@@ -67,11 +67,11 @@ def test_copies_of_an_example_stay_in_one_fold_so_cross_validation_promises_no_m
     spam = [t for s, t in en if s and len(t.split()) >= 15][:60]
     ham = [t for s, t in en if not s][:600]
     edited = [t.replace(" ", "  ", 1) + " Txt STOP" for t in spam]  # a near-copy: two more words, spacing changed
-    groups = near_duplicate_groups(spam + edited + ham)
+    groups = near_duplicate_groups(spam + edited + ham, "en")
     assert all(groups[i] == groups[60 + i] for i in range(60))
     assert len(set(groups[:60])) >= 55  # distinct messages stay apart (a few real ones are near-copies already)
     examples = [(True, t) for t in spam + edited] + [(False, t) for t in ham]
-    splits = grouped_folds(examples)
+    splits = grouped_folds(examples, "en")
     assert len(splits) == 5 and sorted(i for _, held in splits for i in held) == list(range(len(examples)))
     for train, held in splits:
         held_groups = {groups[i] for i in held}

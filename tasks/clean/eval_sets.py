@@ -32,11 +32,13 @@ _MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)  # odd, so the polynomial mixes ever
 
 
 def tokens(text: str) -> list[str]:
-    return _TOKEN.findall(unicodedata.normalize("NFKC", text).lower().translate(_simplified_characters()))
+    simplified = _simplified_characters().get
+    # mapped token by token: a CJK token is one character, and str.translate over the whole text cost twice as much
+    return [simplified(t, t) for t in _TOKEN.findall(unicodedata.normalize("NFKC", text).lower())]
 
 
 @lru_cache(maxsize=1)
-def _simplified_characters() -> dict[int, str]:
+def _simplified_characters() -> dict[str, str]:
     """Each Traditional CJK character's Simplified form (OpenCC t2s, character by character): a benchmark published
     in Traditional script is found in a Simplified corpus, and the other way round, whether or not the clean stage
     converts its documents (clean.normalize.traditional_to_simplified)."""
@@ -48,7 +50,7 @@ def _simplified_characters() -> dict[int, str]:
         # one character a line, so that no two neighbours in the code table are read as a phrase
         for char, simple in zip(chars, to_simplified("\n".join(chars)).split("\n")):
             if simple != char:
-                table[ord(char)] = simple
+                table[char] = simple
     return table
 
 

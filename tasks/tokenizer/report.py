@@ -48,8 +48,8 @@ def token_text(token: str) -> str | None:
 
 def whole_characters(token: str) -> str | None:
     """The complete characters inside a byte-level token that starts or ends inside a multi-byte character
-    ('\x9b色情内' + half of the next character holds 色情), shown with U+FFFD for the cut pieces; None for a special
-    token or bytes that are no UTF-8 even after the cut pieces are set aside."""
+    ('\x9b色情内' + half of the next character holds 色情), shown with U+FFFD for the cut pieces; None for a token
+    that is no byte-level piece, or bytes that are no UTF-8 even after the cut pieces are set aside."""
     raw = token_bytes(token)
     if raw is None:
         return None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import hashlib
 import json
 import math
 from dataclasses import dataclass
@@ -22,6 +23,19 @@ from tasks.clean.minhash import MinHasher, jaccard_estimate
 from tasks.clean.normalize import normalize_text
 
 NEAR_JACCARD = 0.7
+_SOPHON = "https://raw.githubusercontent.com/SophonPlus/ChineseNlpCorpus/a0b781d72158bde242c0626c9e354d2b328865ff/datasets"
+_ZPDESU = ("https://raw.githubusercontent.com/ZPdesu/Spam-Message-Classifier-sklearn/"
+           "c23407b9bd19a9817537d654f57acf2e7de069db/RawData")
+EXTRA_FILES = {  # name in --extra DIR -> (sha256, where it comes from)
+    "waimai_10k.csv": ("b8b5c11c00b51578d35937fca56e03a126b45381f1ea4b22893237cb377a26fe",
+                       f"{_SOPHON}/waimai_10k/waimai_10k.csv"),
+    "online_shopping_10_cats.csv": ("f6c5b724122d8547b700ac4524898eb7e28abbee63f798e95a8faa408829afdb",
+                                    f"{_SOPHON}/online_shopping_10_cats/online_shopping_10_cats.zip (unzipped)"),
+    "zh_sms_10k_content.json": ("9574f851c99e40f2d01461b9f073a2348298cdf16840b1a72310e7aa0ffa2bf7",
+                                f"{_ZPDESU}/train_content.json"),
+    "zh_sms_10k_label.json": ("739583fe8df0cbb8d76326cb54441489c2cd514cdeb79933eaa99fd6fe363506",
+                              f"{_ZPDESU}/train_label.json"),
+}
 
 
 def labeled_sets(dirty: Path) -> dict[str, list[tuple[bool, str]]]:
@@ -37,6 +51,35 @@ def labeled_sets(dirty: Path) -> dict[str, list[tuple[bool, str]]]:
         rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))[1:]
         sets["en_sms_spam_collection"] = [(row[0] == "spam", row[1]) for row in rows if len(row) == 2]
     return sets
+
+
+def extra_file(extra: Path | None, name: str) -> Path | None:
+    """DIR/name when it is there (checked against the published file: other bytes would be other figures)."""
+    path = extra / name if extra else None
+    if not (path and path.is_file()):
+        return None
+    digest, source = EXTRA_FILES[name]
+    if hashlib.sha256(path.read_bytes()).hexdigest() != digest:
+        raise SystemExit(f"{path} is not the file the benchmark's figures come from; save {source} there again")
+    return path
+
+
+def extra_labeled_sets(extra: Path | None, shared: dict[str, list[tuple[bool, str]]]) -> dict[str, "HeldOut"]:
+    """Labeled sets found after the shared ones were tuned on, as name -> rows that repeat no shared row.
+
+    zh_sms_10k: 10,000 messages of the same 800,000-message Chinese SMS collection as the shared zh_sms_labeled
+    (RawData/train_content.json and train_label.json of ZPdesu/Spam-Message-Classifier-sklearn, commit
+    c23407b9), a different sample: rows that copy a shared zh SMS row, exactly or nearly, are dropped and counted
+    (those rows were read while tuning)."""
+    content, labels = extra_file(extra, "zh_sms_10k_content.json"), extra_file(extra, "zh_sms_10k_label.json")
+    if not (content and labels):
+        return {}
+    texts, marks = json.loads(content.read_text(encoding="utf-8")), json.loads(labels.read_text(encoding="utf-8"))
+    if len(texts) != len(marks):
+        raise SystemExit(f"{content} has {len(texts)} messages but {labels} {len(marks)} labels: save both files "
+                         "from the same commit")
+    rows = [(mark == "1", text) for text, mark in zip(texts, marks)]
+    return {"zh_sms_10k": without_copies(rows, Copies(text for _, text in shared["zh_sms_labeled"]))}
 
 
 def clean_corpora(corpora: Path, extra: Path | None) -> dict[str, list[tuple[str, str]]]:
@@ -62,14 +105,14 @@ def clean_corpora(corpora: Path, extra: Path | None) -> dict[str, list[tuple[str
 
 
 def extra_corpora(extra: Path) -> dict[str, list[tuple[str, str]]]:
-    """Clean Chinese genres from SophonPlus/ChineseNlpCorpus (see benchmarks/README or the script's --help)."""
+    """Clean Chinese genres from SophonPlus/ChineseNlpCorpus (EXTRA_FILES says where from)."""
     out = {}
-    if (extra / "waimai_10k.csv").is_file():
-        with open(extra / "waimai_10k.csv", encoding="utf-8") as f:
+    if waimai := extra_file(extra, "waimai_10k.csv"):
+        with open(waimai, encoding="utf-8") as f:
             out["zh waimai_10k (delivery reviews)"] = [("positive" if r["label"] == "1" else "negative", r["review"])
                                                        for r in csv.DictReader(f) if r["review"]]
-    if (extra / "online_shopping_10_cats.csv").is_file():
-        with open(extra / "online_shopping_10_cats.csv", encoding="utf-8") as f:
+    if shopping := extra_file(extra, "online_shopping_10_cats.csv"):
+        with open(shopping, encoding="utf-8") as f:
             out["zh online_shopping_10_cats (product reviews)"] = [(r["cat"], r["review"]) for r in csv.DictReader(f)
                                                                    if r["review"]]
     return out
@@ -86,36 +129,53 @@ class HeldOut:
     near_copies: int     # MinHash near-duplicates of one (Jaccard estimate >= NEAR_JACCARD)
 
 
+class Copies:
+    """Remembers texts and says whether a new one repeats one of them: the same normalized text, or a
+    near-duplicate by the clean stage's MinHash LSH (Jaccard estimate >= NEAR_JACCARD)."""
+
+    def __init__(self, texts=()):
+        self.hasher = MinHasher(DedupConfig())
+        self.keys: set[str] = set()
+        self.bands: dict[tuple[int, int], list] = {}
+        for text in texts:
+            self.remember(text)
+
+    def remember(self, text: str, sig=None) -> None:
+        self.keys.add(key(text))
+        sig = sig if sig is not None else self.hasher.signature(text, channel_of(text))
+        for b, h in enumerate(self.hasher.bands_of(sig)):
+            self.bands.setdefault((b, h), []).append(sig)
+
+    def kind(self, text: str):
+        """'exact', 'near' or None, and the text's signature (to remember it without hashing again)."""
+        if key(text) in self.keys:
+            return "exact", None
+        sig = self.hasher.signature(text, channel_of(text))
+        candidates = [s for b, h in enumerate(self.hasher.bands_of(sig)) for s in self.bands.get((b, h), [])]
+        return ("near" if any(jaccard_estimate(sig, s) >= NEAR_JACCARD for s in candidates) else None), sig
+
+
+def without_copies(rows: list, copies: Copies, text_of=lambda r: r[1]) -> HeldOut:
+    """rows that repeat none of copies' texts nor an earlier row; each kept row is remembered."""
+    kept, exact, near = [], 0, 0
+    for r in rows:
+        kind, sig = copies.kind(text_of(r))
+        if kind == "exact":
+            exact += 1
+        elif kind == "near":
+            near += 1
+        else:
+            copies.remember(text_of(r), sig)
+            kept.append(r)
+    return HeldOut(kept, exact, near)
+
+
 def split(rows: list, text_of=lambda r: r[1], dedup: bool = True) -> tuple[list, HeldOut]:
     """tune = even rows; held-out = odd rows without copies of tune rows or of each other."""
     tune, held = rows[0::2], rows[1::2]
     if not dedup:
         return tune, HeldOut(held, 0, 0)
-    hasher = MinHasher(DedupConfig())
-    seen = {key(text_of(r)) for r in tune}
-    bands: dict[tuple[int, int], list] = {}
-
-    def remember(sig) -> None:
-        for b, h in enumerate(hasher.bands_of(sig)):
-            bands.setdefault((b, h), []).append(sig)
-
-    for r in tune:
-        remember(hasher.signature(text_of(r), channel_of(text_of(r))))
-    kept, exact, near = [], 0, 0
-    for r in held:
-        text = text_of(r)
-        if key(text) in seen:
-            exact += 1
-            continue
-        sig = hasher.signature(text, channel_of(text))
-        candidates = [s for b, h in enumerate(hasher.bands_of(sig)) for s in bands.get((b, h), [])]
-        if any(jaccard_estimate(sig, s) >= NEAR_JACCARD for s in candidates):
-            near += 1
-            continue
-        seen.add(key(text))
-        remember(sig)
-        kept.append(r)
-    return tune, HeldOut(kept, exact, near)
+    return tune, without_copies(held, Copies(text_of(r) for r in tune), text_of)
 
 
 def channel_of(text: str) -> str:

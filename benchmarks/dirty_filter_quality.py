@@ -1,10 +1,14 @@
 """Quality of the dirty-content rule on text nobody tuned on.
 
-    python benchmarks/dirty_filter_quality.py [--shared ../shared] [--extra DIR] [--score tune] [--show-removed N]
+    python benchmarks/dirty_filter_quality.py [--shared ../shared] [--extra DIR] [--classifier-learns shared]
+                                              [--score tune] [--show-removed N]
 
 Labeled spam/ham sets (../shared/corpora/dirty) and clean corpora (../shared/corpora/zh, en;
 with --extra, the clean Chinese genres of SophonPlus/ChineseNlpCorpus: waimai_10k.csv and
-online_shopping_10_cats.csv extracted from commit a0b781d7 into DIR) are split by position:
+online_shopping_10_cats.csv extracted from commit a0b781d7 into DIR, and a second labeled
+Chinese SMS set, zh_sms_10k: RawData/train_content.json and train_label.json of
+ZPdesu/Spam-Message-Classifier-sklearn, commit c23407b9, saved into DIR as
+zh_sms_10k_content.json and zh_sms_10k_label.json, less its copies of shared rows) are split by position:
 tune = even rows, held-out = odd rows. Held-out rows that copy a tune row (exact, or a
 near-duplicate by the clean stage's MinHash) or each other are removed first and counted.
 Only held-out rows are scored; every rate comes with its 95% Wilson interval.
@@ -12,7 +16,8 @@ Only held-out rows are scored; every rate comes with its 95% Wilson interval.
 Variants: the built-in lists with plain substring matching (and the everyday-phrase allow-list)
 and with word-aware matching (rjieba segmentation, the default); + the shared lexicons given
 by path (as users add theirs);
-+ the classifier learned from the tune halves of the three labeled sets plus up to 1,500
++ the classifier learned from the tune halves of the labeled sets (--classifier-learns shared: the three shared
+ones only) plus up to 1,500
 rows of each clean corpus's tune half as ham (its threshold: the cross-validation the
 classifier runs on those examples, printed).
 Targets: spam removed >= 90% at ham removed <= 2%; collateral on clean text <= 1.5% per
@@ -31,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._corpus import benchmark_parser  # noqa: E402
-from benchmarks._quality_data import clean_corpora, labeled_sets, rate, split  # noqa: E402
+from benchmarks._quality_data import clean_corpora, extra_labeled_sets, labeled_sets, rate, split  # noqa: E402
 from pretrain.config import DirtySettings  # noqa: E402
 from tasks.clean.channel import detect_channel  # noqa: E402
 from tasks.clean.features import DocFeatures  # noqa: E402
@@ -129,18 +134,30 @@ def collateral_table(corpora: dict, rules: dict[str, DirtyRule], scored: str, sh
 def main() -> None:
     parser = benchmark_parser(__doc__)
     parser.add_argument("--extra", type=Path, default=None, help="folder with waimai_10k.csv and "
-                        "online_shopping_10_cats.csv (SophonPlus/ChineseNlpCorpus)")
+                        "online_shopping_10_cats.csv (SophonPlus/ChineseNlpCorpus), zh_sms_10k_content.json and "
+                        "zh_sms_10k_label.json (ZPdesu/Spam-Message-Classifier-sklearn)")
     parser.add_argument("--show-removed", type=int, default=0, metavar="N", help="print up to N rows of each clean "
                         "corpus that each variant removes, from the scored half (tune while tuning; held-out only "
                         "to read what a final score counted)")
+    parser.add_argument("--classifier-learns", choices=["all", "shared"], default="all",
+                        help="the labeled sets whose tune halves the classifier learns from: all, or only the shared "
+                        "ones (scores --extra's labeled sets as text the classifier never saw)")
     parser.add_argument("--score", choices=["held-out", "tune"], default="held-out",
                         help="which half to score: tune only while tuning lists and settings; report held-out")
     args = parser.parse_args()
     corpora = args.shared / "corpora"
-    sets = {name: split(rows) for name, rows in labeled_sets(corpora / "dirty").items()}
+    shared = labeled_sets(corpora / "dirty")
+    sets = {name: split(rows) for name, rows in shared.items()}
+    found = extra_labeled_sets(args.extra, shared)
+    sets.update({name: split(rows.rows) for name, rows in found.items()})
     clean = clean_corpora(corpora, args.extra)
-    rules = variants(corpora, {name: tune for name, (tune, _) in sets.items()}, domain_ham(clean))
-    print(f"scored: the {args.score} halves\n")
+    learned_from = [name for name in sets if args.classifier_learns == "all" or name in shared]
+    rules = variants(corpora, {name: sets[name][0] for name in learned_from}, domain_ham(clean))
+    print(f"scored: the {args.score} halves; the classifier learned from the tune halves of {', '.join(learned_from)}")
+    for name, rows in found.items():
+        print(f"{name}: {len(rows.rows) + rows.exact_copies + rows.near_copies:,} rows, {rows.exact_copies} + "
+              f"{rows.near_copies} near copies of shared rows removed first, {len(rows.rows):,} left")
+    print()
     print_cross_validation(rules["built-in + classifier"])
     labeled_table(sets, rules, args.score)
     print()
@@ -151,9 +168,11 @@ def print_cross_validation(rule: DirtyRule) -> None:
     """What the classifier's own cross-validation chose, per channel (it sees the tune examples only)."""
     for channel, model in sorted(rule.classifiers.items()):
         cv = model.cv
+        other = {k: f"{100 * v:.1f}%" for k, v in cv.recall_by_scope.items() if k != cv.scope}
         print(f"classifier {channel}: {cv.spam} spam / {cv.ham} ham examples, threshold {cv.threshold:.3f} from "
               f"{cv.folds}-fold CV: out-of-fold spam removed {100 * cv.spam_recall:.1f}%, ham {100 * cv.ham_rate:.2f}%; "
-              f"judges texts up to {model.judges_up_to_chars} characters")
+              f"judges {'every text' if cv.scope == 'all' else 'texts with a hit'} up to {model.judges_up_to_chars} "
+              f"characters (scope {cv.scope}; {', '.join(f'{k}: {v}' for k, v in other.items())})")
     print()
 
 

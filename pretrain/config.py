@@ -205,6 +205,11 @@ class DirtySettings(Strict):
                                                "over the examples (reported in the clean manifest)")
     classifier_max_ham_rate: float = Field(0.005, gt=0, lt=1, description="the cross-validation picks the lowest "
                                            "threshold whose out-of-fold ham removal stays within this share")
+    classifier_scope: Literal["auto", "evidence", "all"] = Field("auto", description="which documents the classifier "
+                                                                 "judges (up to its length cap): 'evidence', only those "
+                                                                 "with a lexicon, pattern or domain hit; 'all', every "
+                                                                 "one; 'auto', per channel, the scope that removes more "
+                                                                 "spam out of fold within classifier_max_ham_rate")
 
 
 class EvalSet(Strict):

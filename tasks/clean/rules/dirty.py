@@ -163,7 +163,8 @@ class DirtyRule(Rule):
         self.patterns = PatternSet.from_paths(builtin_paths(".patterns.txt") + list(settings.patterns))
         examples = [e for path in settings.classifier_examples for e in read_examples(path)]
         self.classifiers = channel_models(examples, max_ham_rate=settings.classifier_max_ham_rate,
-                                          judged=lambda text: bool(self.hits(text))) if examples else {}
+                                          judged=lambda text: bool(self.hits(text)),
+                                          scope=settings.classifier_scope) if examples else {}
 
     def hits(self, text: str) -> list[tuple[str, float]]:
         """Every lexicon term, pattern match and blocklisted domain found, with its weight."""
@@ -182,8 +183,8 @@ class DirtyRule(Rule):
         clean = score < s.min_score or per_k < s.min_score_per_kchar or distinct < s.min_distinct_hits
         out.check("score_per_kchar", per_k, clean, "dirty_content")
         model = self.classifiers.get(doc.channel)
-        # a second opinion on documents with some evidence, of a length the model has seen spam at
-        if model and hits and doc.feats.n_chars <= model.judges_up_to_chars:
+        # texts of a length the model has seen spam at; with scope 'evidence', only those with a hit
+        if model and (hits or model.cv.scope == "all") and doc.feats.n_chars <= model.judges_up_to_chars:
             spam = model.score(doc.text)
             threshold = s.classifier_threshold if s.classifier_threshold is not None else model.cv.threshold
             out.check("classifier", spam, spam <= threshold, "spam_classifier")

@@ -11,7 +11,7 @@ from tasks.clean.features import DocFeatures
 from tasks.clean.normalize import normalize_text
 from tasks.clean.rules.base import Doc
 from tasks.clean.rules.dirty import DirtyRule, Lexicon
-from tasks.clean.spam_model import channel_models, choose_threshold
+from tasks.clean.spam_model import channel_models, choose_scope, choose_threshold
 from tasks.clean.stage import run_clean
 from tests.conftest import CORPORA, need_shared
 
@@ -84,18 +84,51 @@ def test_cross_validation_runs_when_the_stage_starts_and_the_manifest_records_it
     assert zh_cv["folds"] == 5 and 540 <= zh_cv["spam"] + zh_cv["ham"] <= 548
     assert 0 < zh_cv["threshold"] < 1 and zh_cv["ham_rate"] <= 0.005 and zh_cv["spam_recall"] > 0.3
     assert zh_cv["judges_up_to_chars"] > 100
+    assert zh_cv["scope"] in ("evidence", "all") and set(zh_cv["recall_by_scope"]) == {"evidence", "all"}
+    assert zh_cv["spam_recall"] == max(zh_cv["recall_by_scope"].values())
 
 
-def test_the_classifier_does_not_judge_a_long_page_or_text_without_evidence(tmp_path):
+def test_the_classifier_never_judges_a_long_page_and_judges_text_without_evidence_only_in_scope_all(tmp_path):
     examples, _ = sms_examples(tmp_path)
-    rule = DirtyRule(DirtySettings(classifier_examples=[str(examples)]))
-    model = rule.classifiers["zh"]
+    narrow = DirtyRule(DirtySettings(classifier_examples=[str(examples)], classifier_scope="evidence"))
+    wide = DirtyRule(DirtySettings(classifier_examples=[str(examples)], classifier_scope="all"))
+    assert (narrow.classifiers["zh"].cv.scope, wide.classifiers["zh"].cv.scope) == ("evidence", "all")
     news = [line.split("\t", 1)[1] for line in
             need_shared(CORPORA / "zh" / "cnews.val.txt").read_text(encoding="utf-8").splitlines()]
-    long_article = next(t for t in news if len(t) > model.judges_up_to_chars and rule.hits(t))
-    assert "dirty.classifier" not in judge(rule, long_article).scores
-    short_clean = next(t for t in news if len(t) < 400 and not rule.hits(t))
-    assert "dirty.classifier" not in judge(rule, short_clean).scores
+    long_article = next(t for t in news if len(t) > narrow.classifiers["zh"].judges_up_to_chars and narrow.hits(t))
+    short_clean = next(t for t in news if len(t) < 300 and not narrow.hits(t))
+    assert "dirty.classifier" not in judge(narrow, long_article).scores
+    assert "dirty.classifier" not in judge(wide, long_article).scores
+    assert "dirty.classifier" not in judge(narrow, short_clean).scores
+    assert "dirty.classifier" in judge(wide, short_clean).scores
+
+
+def test_spam_without_a_listed_term_is_caught_only_when_the_classifier_judges_every_text(tmp_path):
+    examples, zh = sms_examples(tmp_path)
+    settings = {"classifier_examples": [str(examples)], "min_score": 1e9}  # the classifier alone
+    narrow = DirtyRule(DirtySettings(**settings, classifier_scope="evidence"))
+    wide = DirtyRule(DirtySettings(**settings, classifier_scope="all"))
+    unlisted = [t for s, t in zh[1::2] if s and not narrow.hits(normalize_text(t)[0])]
+    assert len(unlisted) >= 5  # held-out spam that words around every listed term
+    assert not any(judge(narrow, t).failure for t in unlisted)
+    assert sum(judge(wide, t).failure is not None for t in unlisted) >= len(unlisted) // 2
+
+
+def test_the_scope_is_the_one_that_removes_more_spam_out_of_fold():
+    labels = [False] * 200 + [True] * 20
+    scores = [i / 1000 for i in range(200)] + [0.5] * 20
+    # half the spam holds no listed term: judged only in scope 'all'
+    evidence = [True] * 200 + [True] * 10 + [False] * 10
+    cv = choose_scope(labels, scores, evidence, max_ham_rate=0.01, folds=5)
+    assert (cv.scope, cv.spam_recall, cv.recall_by_scope) == ("all", 1.0, {"evidence": 0.5, "all": 1.0})
+    assert choose_scope(labels, scores, evidence, 0.01, 5, scope="evidence").spam_recall == 0.5
+    # ham without evidence that looks like spam: judging it costs the threshold more than it gains
+    scores = [0.9] * 20 + [i / 1000 for i in range(180)] + [0.5] * 20
+    evidence = [False] * 20 + [True] * 180 + [True] * 18 + [False] * 2
+    cv = choose_scope(labels, scores, evidence, max_ham_rate=0.01, folds=5)
+    assert (cv.scope, cv.spam_recall, cv.recall_by_scope) == ("evidence", 0.9, {"evidence": 0.9, "all": 0.0})
+    # a tie keeps the narrower scope
+    assert choose_scope(labels, scores, [True] * 220, 0.01, 5).scope == "evidence"
 
 
 def test_channel_models_need_enough_of_both_labels():

@@ -48,8 +48,8 @@ def rule_table(stats_path: Path, unreadable: list[dict]) -> list[dict]:
 
 def decontamination_rows(report: dict) -> list[dict]:
     """One row per eval set, those that removed nothing included: 'no leak found' is a result too."""
-    return [{"outcome": "eval set", "rule": "decontam", "reason": f"{name}: {r['items']} items "
-             f"({r['items_shorter_than_ngram']} shorter than a window)",
+    return [{"outcome": "eval set", "rule": "decontam", "reason": f"{name}: {r['items']} items, window "
+             f"{r['window']} tokens ({r['items_shorter_than_ngram']} shorter than it)",
              "documents": r.get("rejected_docs", r.get("tagged_docs", 0)), "characters": 0}
             for name, r in report.items()]
 

@@ -222,13 +222,26 @@ class EvalSet(Strict):
 
 
 class DecontamSettings(Strict):
-    """Documents that share a long n-gram with evaluation data (GPT-3 and OLMo used 13-gram windows)."""
+    """Documents that share a long n-gram with evaluation data (GPT-3: 8 to 13 words by the set's item lengths)."""
     mode: RuleMode = Field("drop", description=MODE_DOC)
     eval_sets: list[EvalSet] = Field(default_factory=list, description="evaluation data by path; empty: the rule "
                                      "checks nothing")
-    ngram: int = Field(13, ge=5, le=64, description="window length in tokens (a Latin word or one CJK character "
-                       "is a token; case, punctuation and width are ignored)")
+    ngram: int = Field(13, ge=5, le=64, description="the longest window, in tokens (a Latin word or one CJK "
+                       "character is a token; case, punctuation and width are ignored)")
+    min_ngram: int = Field(8, ge=5, le=64, description="the shortest window for a set of words: each eval set's "
+                           "window is its 5th-percentile item length, between min_ngram and ngram (GPT-3's rule); "
+                           "set both minimums to ngram for one fixed window")
+    min_ngram_cjk: int = Field(11, ge=5, le=64, description="the shortest window for a set whose tokens are mostly "
+                               "CJK characters (8 characters spell common names: 中华人民共和国成立)")
     min_matches: int = Field(1, ge=1, description="windows shared with one eval set that make a document contaminated")
+
+    @model_validator(mode="after")
+    def _window_range(self) -> "DecontamSettings":
+        for name in ("min_ngram", "min_ngram_cjk"):
+            if getattr(self, name) > self.ngram:
+                raise ValueError(f"clean.rules.decontam.{name}={getattr(self, name)} is longer than ngram={self.ngram}:"
+                                 f" set {name} to at most ngram (equal for one fixed window)")
+        return self
 
 
 class RulesConfig(Strict):

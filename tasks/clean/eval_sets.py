@@ -28,6 +28,7 @@ from tasks.clean.readers import expand_source, file_format, starts_json_array
 
 _CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _TOKEN = re.compile(rf"[{_CJK}]|[^\W_{_CJK}]+")
+_CJK_CHAR = re.compile(rf"[{_CJK}]")
 _MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)  # odd, so the polynomial mixes every position
 
 
@@ -69,32 +70,51 @@ def window_hashes(toks: list[str], n: int) -> np.ndarray:
 @dataclass
 class EvalNgrams:
     name: str
+    n: int                 # this set's window length in tokens
     hashes: np.ndarray     # sorted, unique
     items: int             # records (or lines of text files) read
     short_items: int       # items with fewer tokens than one window: they cannot be found by this rule
 
     def matches(self, doc_hashes: np.ndarray) -> int:
-        """How many of a document's windows occur in this eval set."""
+        """How many of a document's windows (of this set's length) occur in this eval set."""
         if not len(self.hashes) or not len(doc_hashes):
             return 0
         at = np.searchsorted(self.hashes, doc_hashes)
         return int((self.hashes[np.minimum(at, len(self.hashes) - 1)] == doc_hashes).sum())
 
     def summary(self) -> dict:
-        return {"items": self.items, "items_shorter_than_ngram": self.short_items, "ngrams": int(len(self.hashes))}
+        return {"items": self.items, "window": self.n, "items_shorter_than_ngram": self.short_items,
+                "ngrams": int(len(self.hashes))}
 
 
-def load_eval_ngrams(eval_set: EvalSet, n: int) -> EvalNgrams:
-    parts, items, short = [], 0, 0
+def window_for(lengths: list[int], shortest: int, longest: int) -> int:
+    """GPT-3's window for one eval set (Brown et al. 2020, appendix C): the 5th-percentile item length in tokens, at
+    least `shortest` (shorter windows collide with common phrases) and at most `longest`. A set of long passages gets
+    `longest`; a set of short questions a window that still finds 95% of them."""
+    ordered = sorted(lengths)
+    fifth = ordered[int(0.05 * (len(ordered) - 1))] if ordered else longest
+    return max(shortest, min(longest, fifth))
+
+
+def load_eval_ngrams(eval_set: EvalSet, longest: int, shortest: int | None = None,
+                     shortest_cjk: int | None = None) -> EvalNgrams:
+    """The set's windows; `shortest` bounds the window of a set of words, `shortest_cjk` that of a set whose tokens
+    are mostly CJK characters (a character says less than a word: 8 of them spell 中华人民共和国 or a bank's name)."""
+    # two passes over the files (lengths, then windows): holding every item's tokens would cost memory by the set's size
+    lengths, cjk, total = [], 0, 0
     for text in eval_texts(eval_set):
-        items += 1
-        hashes = window_hashes(tokens(text), n)
-        short += not len(hashes)
-        parts.append(hashes)
-    if not items:
+        toks = tokens(text)
+        lengths.append(len(toks))
+        cjk += sum(1 for t in toks if _CJK_CHAR.fullmatch(t))
+        total += len(toks)
+    if not lengths:
         raise ValueError(f"eval set '{eval_set.name}': no records read from {eval_set.path}; "
                          f"fix clean.rules.decontam.eval_sets[].path")
-    return EvalNgrams(eval_set.name, np.unique(np.concatenate(parts)), items, short)
+    floor = shortest_cjk if 2 * cjk > total and shortest_cjk is not None else shortest
+    n = window_for(lengths, longest if floor is None else floor, longest)
+    parts = [window_hashes(tokens(text), n) for text in eval_texts(eval_set)]
+    return EvalNgrams(eval_set.name, n, np.unique(np.concatenate(parts)), len(parts),
+                      sum(not len(h) for h in parts))
 
 
 def eval_texts(eval_set: EvalSet) -> Iterator[str]:

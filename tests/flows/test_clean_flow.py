@@ -38,7 +38,7 @@ def test_process_pool_flow(process_pool_run):
     assert m["shards"] == 2 and m["docs_in"] == m["kept"] + m["rejected"]  # one per source: small files are grouped
     assert m["rejected_by_reason"]["exact_duplicate"] == 3
     assert m["rejected_by_reason"]["eval_overlap_demo_eval"] == 1  # the window hashes agree across worker processes
-    assert m["decontamination"]["demo_eval"] == {"items": 1, "items_shorter_than_ngram": 0,
+    assert m["decontamination"]["demo_eval"] == {"items": 1, "window": 13, "items_shorter_than_ngram": 0,
                                                  "ngrams": m["decontamination"]["demo_eval"]["ngrams"],
                                                  "rejected_docs": 1}
     from mlflow.tracking import MlflowClient

@@ -12,16 +12,18 @@ class DecontamRule(Rule):
 
     def __init__(self, settings):
         super().__init__(settings)
-        self.sets = [load_eval_ngrams(s, settings.ngram) for s in settings.eval_sets] if self.mode != "off" else []
+        self.sets = [load_eval_ngrams(s, settings.ngram, settings.min_ngram, settings.min_ngram_cjk) for s in settings.eval_sets] \
+            if self.mode != "off" else []
 
     def applies(self, doc: Doc) -> bool:
         return bool(self.sets) and super().applies(doc)
 
     def evaluate(self, doc: Doc) -> Outcome:
         out = Outcome(self.name)
-        windows = window_hashes(tokens(doc.text), self.settings.ngram)
+        toks = tokens(doc.text)
+        windows = {n: window_hashes(toks, n) for n in {eval_set.n for eval_set in self.sets}}
         for eval_set in self.sets:
-            found = eval_set.matches(windows)
+            found = eval_set.matches(windows[eval_set.n])
             out.check(f"{eval_set.name}.matches", found, found < self.settings.min_matches,
                       f"eval_overlap_{eval_set.name}")
         return out

@@ -6,7 +6,7 @@ import pyarrow.dataset as ds
 import pytest
 
 from pretrain.config import CleanConfig, DecontamSettings, EvalSet
-from tasks.clean.eval_sets import load_eval_ngrams, tokens, window_hashes
+from tasks.clean.eval_sets import load_eval_ngrams, tokens, window_for, window_hashes
 from tasks.clean.stage import run_clean
 from tests.conftest import CORPORA, need_shared
 
@@ -84,6 +84,7 @@ def test_planted_leaks_are_removed_and_reported_per_eval_set(real, tmp_path):
     assert report["agnews"]["rejected_docs"] == report["cnews"]["rejected_docs"] == 1
     assert report["unplanted"]["rejected_docs"] == 0 and report["unplanted"]["items"] == 10
     assert report["agnews"]["items"] == 30 and report["cnews"]["items"] == 20
+    assert report["agnews"]["window"] == report["cnews"]["window"] == 13  # sets of long items: the longest window
     assert m["rejected_by_reason"] == {"eval_overlap_agnews": 1, "eval_overlap_cnews": 1}
 
 
@@ -152,3 +153,53 @@ def test_a_leak_is_found_across_traditional_and_simplified_script(real, tmp_path
     run_clean(cfg, tmp_path / "clean")
     rejects = {r["id"]: r["reason"] for r in ds.dataset(tmp_path / "clean" / "rejects").to_table().to_pylist()}
     assert rejects == {"simplified-doc": "eval_overlap_trad", "traditional-doc": "eval_overlap_simp"}
+
+
+def test_each_eval_set_gets_the_window_gpt3_chose_by_its_item_lengths():
+    assert window_for([30] * 97 + [5] * 3, 8, 13) == 13  # long items (3% short ones aside): the longest window
+    assert window_for(list(range(9, 29)), 8, 13) == 9  # the 5th-percentile item
+    assert window_for([3] * 50 + [20] * 50, 8, 13) == 8  # never shorter than the shortest window
+    assert window_for([3] * 50, 13, 13) == 13  # min_ngram == ngram: one fixed window
+    with pytest.raises(ValueError, match="min_ngram=14 is longer than ngram=13: set min_ngram to at most ngram"):
+        DecontamSettings(min_ngram=14)
+
+
+def test_a_set_of_short_questions_is_found_with_a_shorter_window(real, tmp_path):
+    """AG News titles are lm-eval-sized questions (most under 13 words): a fixed 13-token window cannot find them."""
+    ag, _ = real
+    titles = [title for _, title, _ in ag[1000:1100] if 8 <= len(tokens(title)) <= 12]
+    assert len(titles) >= 20
+    (tmp_path / "titles.jsonl").write_text("".join(json.dumps({"q": t}) + "\n" for t in titles), encoding="utf-8")
+    leak = titles[7].upper().replace(" ", "  ")
+    docs = {"leak": ag[400][2] + " " + leak + ". " + ag[401][2], "clean": ag[402][2] + " " + ag[403][2]}
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"id": k, "text": v}) + "\n" for k, v in docs.items()), encoding="utf-8")
+
+    def run(decontam: dict, out: str):
+        rules = {**OTHER_RULES_OFF, "decontam": {"eval_sets": [{"name": "titles", "path": str(tmp_path / "titles.jsonl")}],
+                                                 **decontam}}
+        cfg = CleanConfig.model_validate({"sources": [{"path": str(corpus), "id_field": "id"}], "rules": rules,
+                                          "dedup": {"near": False}})
+        return run_clean(cfg, tmp_path / out)["decontamination"]["titles"]
+
+    fixed = run({"min_ngram": 13}, "fixed")
+    assert fixed["window"] == 13 and fixed["items_shorter_than_ngram"] == len(titles) and fixed["rejected_docs"] == 0
+    gpt3 = run({}, "gpt3")
+    assert gpt3["window"] == 8 and gpt3["items_shorter_than_ngram"] == 0 and gpt3["rejected_docs"] == 1
+    rejects = ds.dataset(tmp_path / "gpt3" / "rejects").to_table().to_pylist()
+    assert [r["id"] for r in rejects] == ["leak"]
+
+
+def test_a_set_of_chinese_items_never_gets_a_window_shorter_than_its_own_floor(real, tmp_path):
+    """Eight characters spell common names (中华人民共和国, a bank's full name): Chinese sets stop at min_ngram_cjk."""
+    _, news = real
+    chars = [c for c in ("".join(c for c in article if "\u4e00" <= c <= "\u9fff") for article in news) if len(c) > 70][:30]
+    (tmp_path / "short.txt").write_text("\n".join(c[50:59] for c in chars), encoding="utf-8")  # 9 characters each
+    (tmp_path / "medium.txt").write_text("\n".join(c[50:62] for c in chars), encoding="utf-8")  # 12 each
+    settings = DecontamSettings()
+    short = load_eval_ngrams(EvalSet(name="short", path=str(tmp_path / "short.txt")), settings.ngram,
+                             settings.min_ngram, settings.min_ngram_cjk)
+    assert (short.n, short.short_items, len(short.hashes)) == (11, 30, 0)  # reported, not matched on 9 characters
+    medium = load_eval_ngrams(EvalSet(name="medium", path=str(tmp_path / "medium.txt")), settings.ngram,
+                              settings.min_ngram, settings.min_ngram_cjk)
+    assert (medium.n, medium.short_items) == (12, 0)

@@ -87,17 +87,30 @@ status() {
   done
 }
 
-down() {
-  for name in prefect-eval-worker prefect-gpu-worker prefect-worker mlflow-server prefect-server; do
+stop_together() { # names: TERM them all, wait up to 10 s for all of them at once, then KILL what is left
+  local name pid pids=()
+  for name in "$@"; do
     if alive "$name"; then
-      local pid; pid="$(cat "$STATE/pids/$name")"
+      pid="$(cat "$STATE/pids/$name")"
       kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
-      for _ in $(seq 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
-      kill -KILL -- "-$pid" 2>/dev/null || true
+      pids+=("$pid")
       echo "$name: stopped"
     fi
     rm -f "$STATE/pids/$name"
   done
+  for _ in $(seq 20); do
+    local running=0
+    for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && running=1; done
+    (( running )) || break
+    sleep 0.5
+  done
+  for pid in "${pids[@]}"; do kill -KILL -- "-$pid" 2>/dev/null || true; done
+}
+
+down() {
+  # workers first, so that none of them is left polling a server that is gone; one wait for each group
+  stop_together prefect-eval-worker prefect-gpu-worker prefect-worker
+  stop_together mlflow-server prefect-server
 }
 
 demo() {

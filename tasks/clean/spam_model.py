@@ -11,8 +11,8 @@ stage starts, with copies and near-copies of an example kept in its fold: the lo
 probability whose out-of-fold ham removal stays within `max_ham_rate`. The same out-of-fold
 scores choose its scope: whether it judges only texts with lexicon evidence (`evidence`, what
 `judged` says) or every text up to its length cap (`all`), whichever removes more spam out of
-fold within that ham rate (lexicons miss what a spammer words around them: 15% of the Chinese
-spam examples hold no listed term). The model keeps the threshold, scope and out-of-fold
+fold within that ham rate (lexicons miss what a spammer words around them: 15% of the
+benchmark's Chinese spam examples hold no listed term). The model keeps the threshold, scope and out-of-fold
 rates; the clean manifest reports them.
 """
 from __future__ import annotations

@@ -12,8 +12,8 @@ class DecontamRule(Rule):
 
     def __init__(self, settings):
         super().__init__(settings)
-        self.sets = [load_eval_ngrams(s, settings.ngram, settings.min_ngram, settings.min_ngram_cjk) for s in settings.eval_sets] \
-            if self.mode != "off" else []
+        bounds = (settings.ngram, settings.min_ngram, settings.min_ngram_cjk)
+        self.sets = [load_eval_ngrams(s, *bounds) for s in settings.eval_sets] if self.mode != "off" else []
 
     def applies(self, doc: Doc) -> bool:
         return bool(self.sets) and super().applies(doc)

@@ -172,7 +172,8 @@ def print_cross_validation(rule: DirtyRule) -> None:
         print(f"classifier {channel}: {cv.spam} spam / {cv.ham} ham examples, threshold {cv.threshold:.3f} from "
               f"{cv.folds}-fold CV: out-of-fold spam removed {100 * cv.spam_recall:.1f}%, ham {100 * cv.ham_rate:.2f}%; "
               f"judges {'every text' if cv.scope == 'all' else 'texts with a hit'} up to {model.judges_up_to_chars} "
-              f"characters (scope {cv.scope}; {', '.join(f'{k}: {v}' for k, v in other.items())})")
+              f"characters (scope {cv.scope}; {', '.join(f'{k}: {v}' for k, v in other.items())}; "
+              f"{100 * cv.spam_with_evidence:.1f}% of the spam examples have a lexicon, pattern or domain hit)")
     print()
 
 

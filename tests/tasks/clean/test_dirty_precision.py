@@ -121,6 +121,7 @@ def test_the_scope_is_the_one_that_removes_more_spam_out_of_fold():
     evidence = [True] * 200 + [True] * 10 + [False] * 10
     cv = choose_scope(labels, scores, evidence, max_ham_rate=0.01, folds=5)
     assert (cv.scope, cv.spam_recall, cv.recall_by_scope) == ("all", 1.0, {"evidence": 0.5, "all": 1.0})
+    assert cv.spam_with_evidence == 0.5  # all that scope 'evidence' could ever remove
     assert choose_scope(labels, scores, evidence, 0.01, 5, scope="evidence").spam_recall == 0.5
     # ham without evidence that looks like spam: judging it costs the threshold more than it gains
     scores = [0.9] * 20 + [i / 1000 for i in range(180)] + [0.5] * 20

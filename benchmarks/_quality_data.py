@@ -19,7 +19,7 @@ from pathlib import Path
 from pretrain.config import DedupConfig
 from tasks.clean.channel import detect_channel
 from tasks.clean.features import DocFeatures
-from tasks.clean.minhash import MinHasher, jaccard_estimate
+from tasks.clean.minhash import MinHasher, NearIndex
 from tasks.clean.normalize import normalize_text
 
 NEAR_JACCARD = 0.7
@@ -134,25 +134,21 @@ class Copies:
     near-duplicate by the clean stage's MinHash LSH (Jaccard estimate >= NEAR_JACCARD)."""
 
     def __init__(self, texts=()):
-        self.hasher = MinHasher(DedupConfig())
+        self.index = NearIndex(MinHasher(DedupConfig()))
         self.keys: set[str] = set()
-        self.bands: dict[tuple[int, int], list] = {}
         for text in texts:
             self.remember(text)
 
     def remember(self, text: str, sig=None) -> None:
         self.keys.add(key(text))
-        sig = sig if sig is not None else self.hasher.signature(text, channel_of(text))
-        for b, h in enumerate(self.hasher.bands_of(sig)):
-            self.bands.setdefault((b, h), []).append(sig)
+        self.index.add(sig if sig is not None else self.index.hasher.signature(text, channel_of(text)))
 
     def kind(self, text: str):
         """'exact', 'near' or None, and the text's signature (to remember it without hashing again)."""
         if key(text) in self.keys:
             return "exact", None
-        sig = self.hasher.signature(text, channel_of(text))
-        candidates = [s for b, h in enumerate(self.hasher.bands_of(sig)) for s in self.bands.get((b, h), [])]
-        return ("near" if any(jaccard_estimate(sig, s) >= NEAR_JACCARD for s in candidates) else None), sig
+        sig = self.index.hasher.signature(text, channel_of(text))
+        return ("near" if self.index.near(sig, NEAR_JACCARD) else None), sig
 
 
 def without_copies(rows: list, copies: Copies, text_of=lambda r: r[1]) -> HeldOut:

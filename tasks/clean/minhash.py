@@ -61,3 +61,26 @@ class MinHasher:
 
 def jaccard_estimate(sig_a: np.ndarray, sig_b: np.ndarray) -> float:
     return float(np.mean(sig_a == sig_b))
+
+
+class NearIndex:
+    """Signatures held in memory, bucketed by LSH band: `near` gives those sharing a band with a signature whose
+    Jaccard estimate reaches a threshold (the in-memory twin of the clean stage's DuckDB band join)."""
+
+    def __init__(self, hasher: MinHasher):
+        self.hasher = hasher
+        self.signatures: list[np.ndarray] = []
+        self.buckets: dict[tuple[int, int], list[int]] = {}
+
+    def add(self, signature: np.ndarray) -> int:
+        """The signature's id (ids count up from 0 in the order added)."""
+        sig_id = len(self.signatures)
+        self.signatures.append(signature)
+        for band in enumerate(self.hasher.bands_of(signature)):
+            self.buckets.setdefault(band, []).append(sig_id)
+        return sig_id
+
+    def near(self, signature: np.ndarray, min_jaccard: float) -> list[int]:
+        candidates = dict.fromkeys(i for band in enumerate(self.hasher.bands_of(signature))
+                                   for i in self.buckets.get(band, ()))
+        return [i for i in candidates if jaccard_estimate(signature, self.signatures[i]) >= min_jaccard]

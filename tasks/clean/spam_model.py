@@ -145,23 +145,22 @@ def near_duplicate_groups(texts: list[str], channel: str, min_jaccard: float = 0
     edits; a copy on each side of a fold scores the model on text it learned and promises a recall it will not reach."""
     from pretrain.config import DedupConfig
     from tasks.clean.dedup import UnionFind
-    from tasks.clean.minhash import MinHasher, jaccard_estimate
+    from tasks.clean.minhash import MinHasher, NearIndex
 
-    hasher, groups = MinHasher(DedupConfig()), UnionFind()
+    index, groups = NearIndex(MinHasher(DedupConfig())), UnionFind()
     first_of: dict[str, int] = {}
-    signatures, buckets = {}, {}
+    text_of_signature: list[int] = []  # the text each indexed signature belongs to
     for i, text in enumerate(texts):
         key = " ".join(text.lower().split())
         if key in first_of:  # an exact copy: no signature needed, and the LSH buckets stay short
             groups.union(first_of[key], i)
             continue
         first_of[key] = i
-        signatures[i] = hasher.signature(text, channel)
-        for band in enumerate(hasher.bands_of(signatures[i])):
-            for j in buckets.setdefault(band, []):
-                if groups.find(i) != groups.find(j) and jaccard_estimate(signatures[i], signatures[j]) >= min_jaccard:
-                    groups.union(i, j)
-            buckets[band].append(i)
+        signature = index.hasher.signature(text, channel)
+        for j in index.near(signature, min_jaccard):
+            groups.union(text_of_signature[j], i)
+        index.add(signature)
+        text_of_signature.append(i)
     return [groups.find(i) for i in range(len(texts))]
 
 

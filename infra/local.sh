@@ -88,13 +88,12 @@ status() {
 }
 
 stop_together() { # names: TERM them all, wait up to 10 s for all of them at once, then KILL what is left
-  local name pid pids=()
+  local name pid names=() pids=()
   for name in "$@"; do
     if alive "$name"; then
       pid="$(cat "$STATE/pids/$name")"
       kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
-      pids+=("$pid")
-      echo "$name: stopped"
+      names+=("$name") pids+=("$pid")
     fi
     rm -f "$STATE/pids/$name"
   done
@@ -105,6 +104,7 @@ stop_together() { # names: TERM them all, wait up to 10 s for all of them at onc
     sleep 0.5
   done
   for pid in "${pids[@]}"; do kill -KILL -- "-$pid" 2>/dev/null || true; done
+  for name in "${names[@]}"; do echo "$name: stopped"; done
 }
 
 down() {

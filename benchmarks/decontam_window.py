@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._corpus import benchmark_parser  # noqa: E402
-from tasks.clean.eval_sets import tokens, window_hashes  # noqa: E402
+from tasks.clean.eval_sets import token_hashes, tokens, window_hashes, windows_of  # noqa: E402
 
 WINDOWS = range(8, 14)
 
@@ -55,7 +55,7 @@ def sample(items: list[str], count: int) -> list[str]:
     return items if len(items) <= count else random.Random(0).sample(items, count)
 
 
-def shared_windows(item_tokens: list[list[str]], doc_tokens: list[list[str]], n: int) -> tuple[int, int, Counter]:
+def shared_windows(item_tokens: list[list[str]], doc_hashes: list[np.ndarray], n: int) -> tuple[int, int, Counter]:
     """(items with at least n tokens, documents sharing a window of n with them, the shared windows as text)."""
     by_hash = {}
     for toks in item_tokens:
@@ -63,8 +63,8 @@ def shared_windows(item_tokens: list[list[str]], doc_tokens: list[list[str]], n:
             by_hash.setdefault(int(h), toks[i:i + n])
     hashes = np.array(sorted(by_hash), dtype=np.uint64)
     hit_docs, shown = 0, Counter()
-    for toks in doc_tokens:
-        found = np.intersect1d(window_hashes(toks, n), hashes)
+    for token_hash in doc_hashes:
+        found = np.intersect1d(windows_of(token_hash, n), hashes)
         hit_docs += bool(len(found))
         shown.update(" ".join(by_hash[int(h)]) for h in found[:3])
     return sum(len(t) >= n for t in item_tokens), hit_docs, shown
@@ -84,9 +84,9 @@ def main() -> None:
                                    "zh Wikipedia sentences": chinese(corpora, args.items)}.items():
         item_tokens = [tokens(t) for t in items]
         for source, docs in sources.items():
-            cells, shown, doc_tokens = [], {}, [tokens(d) for d in docs]
+            cells, shown, doc_hashes = [], {}, [token_hashes(tokens(d)) for d in docs]
             for n in WINDOWS:
-                findable, hit, windows = shared_windows(item_tokens, doc_tokens, n)
+                findable, hit, windows = shared_windows(item_tokens, doc_hashes, n)
                 cells.append(f"{findable} / {hit} ({100 * hit / len(docs):.1f}%)".rjust(18))
                 shown[n] = windows
             print(f"{name + f' ({len(items)})':<31}{source:<20}{len(docs):>7}" + "".join(cells))

@@ -57,10 +57,18 @@ def _simplified_characters() -> dict[str, str]:
 
 def window_hashes(toks: list[str], n: int) -> np.ndarray:
     """One uint64 per window of n consecutive tokens (empty when there are fewer than n)."""
-    if len(toks) < n:
-        return np.empty(0, dtype=np.uint64)
+    return windows_of(token_hashes(toks), n)
+
+
+def token_hashes(toks: list[str]) -> np.ndarray:
     # zlib.crc32 rather than hash(): the same value in every worker process, whatever PYTHONHASHSEED says
-    token_hash = np.fromiter((zlib.crc32(t.encode()) for t in toks), dtype=np.uint64, count=len(toks))
+    return np.fromiter((zlib.crc32(t.encode()) for t in toks), dtype=np.uint64, count=len(toks))
+
+
+def windows_of(token_hash: np.ndarray, n: int) -> np.ndarray:
+    """One uint64 per window of n consecutive token hashes."""
+    if len(token_hash) < n:
+        return np.empty(0, dtype=np.uint64)
     windows = np.lib.stride_tricks.sliding_window_view(token_hash, n)
     powers = _MULTIPLIER ** np.arange(n, dtype=np.uint64)
     with np.errstate(over="ignore"):
@@ -100,19 +108,19 @@ def load_eval_ngrams(eval_set: EvalSet, longest: int, shortest: int | None = Non
                      shortest_cjk: int | None = None) -> EvalNgrams:
     """The set's windows; `shortest` bounds the window of a set of words, `shortest_cjk` that of a set whose tokens
     are mostly CJK characters (a character says less than a word: 8 of them spell 中华人民共和国 or a bank's name)."""
-    # two passes over the files (lengths, then windows): holding every item's tokens would cost memory by the set's size
-    lengths, cjk, total = [], 0, 0
+    # the window depends on every item's length: items are kept as token hashes (8 bytes a token, what their
+    # windows take anyway) until it is known
+    items, cjk = [], 0
     for text in eval_texts(eval_set):
         toks = tokens(text)
-        lengths.append(len(toks))
         cjk += sum(1 for t in toks if _CJK_CHAR.fullmatch(t))
-        total += len(toks)
-    if not lengths:
+        items.append(token_hashes(toks))
+    if not items:
         raise ValueError(f"eval set '{eval_set.name}': no records read from {eval_set.path}; "
                          f"fix clean.rules.decontam.eval_sets[].path")
-    floor = shortest_cjk if 2 * cjk > total and shortest_cjk is not None else shortest
-    n = window_for(lengths, longest if floor is None else floor, longest)
-    parts = [window_hashes(tokens(text), n) for text in eval_texts(eval_set)]
+    floor = shortest_cjk if 2 * cjk > sum(map(len, items)) and shortest_cjk is not None else shortest
+    n = window_for([len(item) for item in items], longest if floor is None else floor, longest)
+    parts = [windows_of(item, n) for item in items]
     return EvalNgrams(eval_set.name, n, np.unique(np.concatenate(parts)), len(parts),
                       sum(not len(h) for h in parts))
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pretrain.channels import CHANNELS
-from tasks.clean.eval_sets import load_eval_ngrams, tokens, window_hashes
+from tasks.clean.eval_sets import load_eval_ngrams, token_hashes, tokens, windows_of
 from tasks.clean.rules.base import Doc, Outcome, Rule
 
 
@@ -20,8 +20,8 @@ class DecontamRule(Rule):
 
     def evaluate(self, doc: Doc) -> Outcome:
         out = Outcome(self.name)
-        toks = tokens(doc.text)
-        windows = {n: window_hashes(toks, n) for n in {eval_set.n for eval_set in self.sets}}
+        token_hash = token_hashes(tokens(doc.text))
+        windows = {n: windows_of(token_hash, n) for n in {eval_set.n for eval_set in self.sets}}
         for eval_set in self.sets:
             found = eval_set.matches(windows[eval_set.n])
             out.check(f"{eval_set.name}.matches", found, found < self.settings.min_matches,

@@ -1,7 +1,7 @@
 """Quality of the dirty-content rule on text nobody tuned on.
 
     python benchmarks/dirty_filter_quality.py [--shared ../shared] [--extra DIR] [--classifier-learns shared]
-                                              [--score tune] [--show-removed N]
+                                              [--classifier-scope evidence] [--score tune] [--show-removed N]
 
 Labeled spam/ham sets (../shared/corpora/dirty) and clean corpora (../shared/corpora/zh, en;
 with --extra, the clean Chinese genres of SophonPlus/ChineseNlpCorpus: waimai_10k.csv and
@@ -75,7 +75,7 @@ def domain_ham(corpora: dict[str, list[tuple[str, str]]], per_corpus: int = 1500
     return out
 
 
-def variants(corpora: Path, tune: dict, ham: list[str]) -> dict[str, DirtyRule]:
+def variants(corpora: Path, tune: dict, ham: list[str], scope: str = "auto") -> dict[str, DirtyRule]:
     lex = corpora / "lexicons"
     shared = DirtySettings(
         lexicons=[str(p) for p in sorted((lex / "sensitive-lexicon").glob("*.txt")) if p.name != "illegal_urls.txt"]
@@ -84,7 +84,7 @@ def variants(corpora: Path, tune: dict, ham: list[str]) -> dict[str, DirtyRule]:
     examples = tune_examples(tune, ham, Path(tempfile.mkdtemp(prefix="dirty-bench-")) / "tune.tsv")
     count = examples.read_text(encoding="utf-8").count("\n")  # one example a line
     start = time.perf_counter()
-    classifier = DirtyRule(DirtySettings(classifier_examples=[str(examples)]))
+    classifier = DirtyRule(DirtySettings(classifier_examples=[str(examples)], classifier_scope=scope))
     print(f"classifier: learned and cross-validated from {count:,} "
           f"examples in {time.perf_counter() - start:.0f} s (what each clean worker spends when it starts)")
     return {"built-in, substrings": DirtyRule(DirtySettings(word_aware=False)), "built-in": DirtyRule(DirtySettings()),
@@ -143,6 +143,9 @@ def main() -> None:
     parser.add_argument("--classifier-learns", choices=["all", "shared"], default="all",
                         help="the labeled sets whose tune halves the classifier learns from: all, or only the shared "
                         "ones (scores --extra's labeled sets as text the classifier never saw)")
+    parser.add_argument("--classifier-scope", choices=["auto", "evidence", "all"], default="auto",
+                        help="clean.rules.dirty.classifier_scope for the classifier variant (evidence: the rule "
+                        "before the scope was chosen by cross-validation)")
     parser.add_argument("--score", choices=["held-out", "tune"], default="held-out",
                         help="which half to score: tune only while tuning lists and settings; report held-out")
     args = parser.parse_args()
@@ -153,7 +156,7 @@ def main() -> None:
     sets.update({name: split(rows.rows) for name, rows in found.items()})
     clean = clean_corpora(corpora, args.extra)
     learned_from = [name for name in sets if args.classifier_learns == "all" or name in shared]
-    rules = variants(corpora, {name: sets[name][0] for name in learned_from}, domain_ham(clean))
+    rules = variants(corpora, {name: sets[name][0] for name in learned_from}, domain_ham(clean), args.classifier_scope)
     print(f"scored: the {args.score} halves; the classifier learned from the tune halves of {', '.join(learned_from)}")
     for name, rows in found.items():
         print(f"{name}: {len(rows.rows) + rows.exact_copies + rows.near_copies:,} rows, {rows.exact_copies} + "

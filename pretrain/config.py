@@ -187,7 +187,7 @@ class DirtySettings(Strict):
     mode: RuleMode = Field("drop", description=MODE_DOC)
     lexicons: list[str] = Field(default_factory=list, description="extra term lists (one term per line; 'term<TAB>weight' allowed), added to the built-in ones")
     domain_blocklists: list[str] = Field(default_factory=list, description="extra domain lists (one domain per line), added to the built-in one")
-    patterns: list[str] = Field(default_factory=list, description="extra regex lists ('regex<TAB>weight' per line), added to the built-in ones")
+    patterns: list[str] = Field(default_factory=list, description="extra regex lists ('regex<TAB>weight' or 'regex<TAB>weight<TAB>group' per line; a group's matches count as one hit), added to the built-in ones")
     min_score: float = Field(1.5, ge=0, description="reject when the weighted hit count reaches this ...")
     min_score_per_kchar: float = Field(8.0, ge=0, description="... and the weighted hits per 1000 characters reach this "
                                        "(long articles that mention an offer or two are kept) ...")

@@ -2,6 +2,7 @@
 and a classifier whose threshold comes from its own cross-validation."""
 import csv
 import json
+from pathlib import Path
 
 import pytest
 
@@ -10,10 +11,14 @@ from tasks.clean.channel import detect_channel
 from tasks.clean.features import DocFeatures
 from tasks.clean.normalize import normalize_text
 from tasks.clean.rules.base import Doc
-from tasks.clean.rules.dirty import DirtyRule, Lexicon
+from tasks.clean.rules.dirty import DirtyRule, Lexicon, PatternSet, builtin_paths
 from tasks.clean.spam_model import channel_models, choose_scope, choose_threshold
 from tasks.clean.stage import run_clean
 from tests.conftest import CORPORA, need_shared
+
+
+def builtin_spam_patterns() -> str:
+    return "\n".join(Path(path).read_text(encoding="utf-8") for path in builtin_paths(".patterns.txt"))
 
 
 def judge(rule: DirtyRule, text: str):
@@ -54,6 +59,39 @@ def test_owner_replies_in_real_hotel_reviews_are_not_adverts():
     rule = DirtyRule(DirtySettings())
     removed = [t for t in replies if judge(rule, t).failure is not None]
     assert removed == []
+
+
+def test_the_contact_details_of_a_press_release_are_one_hit(tmp_path):
+    """Two real news articles (tune rows of cnews) list several phone numbers and a QQ number: one way to reach the
+    sender. Counted one hit a number, they were removed; as the 'contact' group, they are kept. A spam SMS with a
+    solicitation beside its number is still removed."""
+    news = dict(enumerate(need_shared(CORPORA / "zh" / "cnews.val.txt").read_text(encoding="utf-8").splitlines()))
+    study_abroad, game_quiz = news[72].split("\t")[1], news[128].split("\t")[1]
+    assert "15911134466" in study_abroad and "QQ：569803881" in game_quiz
+    rule = DirtyRule(DirtySettings())
+    ungrouped = tmp_path / "ungrouped.patterns.txt"
+    ungrouped.write_text("\n".join(line.rsplit("\t", 1)[0] if line.endswith("\tcontact") else line for line in
+                                   builtin_spam_patterns().splitlines()), encoding="utf-8")
+    one_a_number = DirtyRule(DirtySettings())
+    one_a_number.patterns = PatternSet.from_paths([str(ungrouped)])
+    for article in (study_abroad, game_quiz):
+        assert [hit for hit, _ in rule.patterns.hits(article)] == ["<contact>"]
+        assert judge(rule, article).failure is None
+        assert judge(one_a_number, article).failure.reason == "dirty_content"
+    with open(need_shared(CORPORA / "dirty" / "zh_sms_labeled.tsv"), encoding="utf-8") as f:
+        excavators = next(text for label, text in csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+                          if label == "1" and text.startswith("你好，我叫薄冰"))
+    assert judge(rule, excavators).failure.reason == "dirty_content"
+
+
+def test_a_pattern_line_with_a_bad_weight_or_too_many_fields_names_the_fix(tmp_path):
+    bad = tmp_path / "mine.patterns.txt"
+    bad.write_text("\\d{11}\tone\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="is not a number; write regex<TAB>weight<TAB>group"):
+        PatternSet.from_paths([str(bad)])
+    bad.write_text("\\d{11}\t1\tcontact\textra\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="4 tab-separated fields"):
+        PatternSet.from_paths([str(bad)])
 
 
 def test_the_threshold_is_the_lowest_that_keeps_out_of_fold_ham_within_the_rate():

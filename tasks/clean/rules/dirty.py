@@ -125,23 +125,22 @@ class PatternSet:
     def hits(self, text: str) -> list[tuple[str, float]]:
         found, groups = [], {}
         for pattern, weight, group in self.patterns:
-            for m in pattern.finditer(text):
-                if group is None:
-                    found.append((m.group(0), weight))
-                else:
-                    groups[f"<{group}>"] = max(groups.get(f"<{group}>", 0.0), weight)
+            if group is None:
+                found += [(m.group(0), weight) for m in pattern.finditer(text)]
+            elif pattern.search(text):  # one match is the group's evidence; more add nothing
+                groups[group] = max(groups.get(group, 0.0), weight)
         return found + list(groups.items())
 
 
 def parse_pattern(path: str, line: str) -> tuple[re.Pattern, float, str | None]:
-    """'regex', 'regex<TAB>weight' or 'regex<TAB>weight<TAB>group'."""
+    """'regex', 'regex<TAB>weight' or 'regex<TAB>weight<TAB>group'; a group comes back as its hit, '<group>'."""
     fields = line.split("\t")
     if len(fields) > 3:
         raise ValueError(f"{path}: {line!r} has {len(fields)} tab-separated fields; write regex<TAB>weight<TAB>group "
                          "(a tab inside the regex as \\t)")
     regex, weight, group = (fields + ["", ""])[:3]
     try:
-        return re.compile(regex, re.I), float(weight.strip() or 1), group.strip() or None
+        return re.compile(regex, re.I), float(weight.strip() or 1), f"<{group.strip()}>" if group.strip() else None
     except re.error as err:
         raise ValueError(f"{path}: bad pattern {regex!r}: {err}; fix or remove that line") from None
     except ValueError:

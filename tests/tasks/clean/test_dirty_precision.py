@@ -2,7 +2,6 @@
 and a classifier whose threshold comes from its own cross-validation."""
 import csv
 import json
-from pathlib import Path
 
 import pytest
 
@@ -11,14 +10,10 @@ from tasks.clean.channel import detect_channel
 from tasks.clean.features import DocFeatures
 from tasks.clean.normalize import normalize_text
 from tasks.clean.rules.base import Doc
-from tasks.clean.rules.dirty import DirtyRule, Lexicon, PatternSet, builtin_paths
+from tasks.clean.rules.dirty import DirtyRule, Lexicon, PatternSet, builtin_paths, read_list
 from tasks.clean.spam_model import channel_models, choose_scope, choose_threshold
 from tasks.clean.stage import run_clean
 from tests.conftest import CORPORA, need_shared
-
-
-def builtin_spam_patterns() -> str:
-    return "\n".join(Path(path).read_text(encoding="utf-8") for path in builtin_paths(".patterns.txt"))
 
 
 def judge(rule: DirtyRule, text: str):
@@ -70,8 +65,8 @@ def test_the_contact_details_of_a_press_release_are_one_hit(tmp_path):
     assert "15911134466" in study_abroad and "QQ：569803881" in game_quiz
     rule = DirtyRule(DirtySettings())
     ungrouped = tmp_path / "ungrouped.patterns.txt"
-    ungrouped.write_text("\n".join(line.rsplit("\t", 1)[0] if line.endswith("\tcontact") else line for line in
-                                   builtin_spam_patterns().splitlines()), encoding="utf-8")
+    ungrouped.write_text("\n".join(line.removesuffix("\tcontact") for path in builtin_paths(".patterns.txt")
+                                   for line in read_list(path)), encoding="utf-8")
     one_a_number = DirtyRule(DirtySettings())
     one_a_number.patterns = PatternSet.from_paths([str(ungrouped)])
     for article in (study_abroad, game_quiz):

@@ -36,6 +36,37 @@ EXTRA_FILES = {  # name in --extra DIR -> (sha256, where it comes from)
     "zh_sms_10k_label.json": ("739583fe8df0cbb8d76326cb54441489c2cd514cdeb79933eaa99fd6fe363506",
                               f"{_ZPDESU}/train_label.json"),
 }
+_FEWCLUE = ("https://raw.githubusercontent.com/CLUEbenchmark/FewCLUE/"
+            "62a02c6f31cf32814cfe522f78ef088228840f8d/datasets")
+FEWCLUE = {  # task -> (source name in the tables, its files in the order they are read)
+    "iflytek": ("zh FewCLUE iflytek (app descriptions)", ["train_few_all", "dev_few_all", "test_public", "test"]),
+    "tnews": ("zh FewCLUE tnews (news titles)", ["train_few_all", "dev_few_all", "test_public", "test", "unlabeled"]),
+    "eprstmt": ("zh FewCLUE eprstmt (shop reviews)",
+                ["train_few_all", "dev_few_all", "test_public", "test", "unlabeled"]),
+    "csldcp": ("zh FewCLUE csldcp (science abstracts)", ["train_few_all", "dev_few_all", "test_public", "test"]),
+}
+_FEWCLUE_SHA256 = {
+    "csldcp_dev_few_all": "a291c071fccc3a88cc18b026862f38def0536e3666ea1b9ee84a473030d222a4",
+    "csldcp_test": "5d7152df5441ee73cdd6e9e595513e54c05bf9e7c6939182ee2e3d4e74329742",
+    "csldcp_test_public": "e1862a5529fc7531fd645944be8e7776e4ae154da53467df655768948561f8ec",
+    "csldcp_train_few_all": "ca522b2f42fa3d7f564dfd70a057b81d12866b28a753d157ffb0c02855895429",
+    "eprstmt_dev_few_all": "859eeb8b977a5e06c13b7c4016a74aae1dc8a5ff5a8fb502fba77e551087ed96",
+    "eprstmt_test": "d93000f32207172f349ed3414db367930dd6e1b961991eca786de349aca55384",
+    "eprstmt_test_public": "ddea92e833023adeff35070bd56331878ae9fdc57fd99229c249c2aae06bbf41",
+    "eprstmt_train_few_all": "da6343ed63264304fdbf70ebc6f82d7ab43aa294daad047f450a88252a36de9d",
+    "eprstmt_unlabeled": "1bf7d22da37ff652f0ce58c5d69c14680e29008a290101fbac29befe06a6fdfe",
+    "iflytek_dev_few_all": "25e8dd5031ce5d1f7f78f00edff81749a2dc00c17894151c2790c55a4ac3f5dc",
+    "iflytek_test": "d0fff6d2d2da33acd2705702db6e6703b3530e2b8195351c4a5f089a3ca814d1",
+    "iflytek_test_public": "f3cca532ec3d63b4afd2d8ce73f2f6e3eaa224cf8fa2fb9a6ebe2e602742dc19",
+    "iflytek_train_few_all": "8de5db8d8a9fa77ae2e5da36a78c762625303600d547f96cc3b674a012243fe6",
+    "tnews_dev_few_all": "8aa37d994fa6148e673c1357a44ee1409cab0220f773b55dd8e5733446804725",
+    "tnews_test": "9b082f61cea74c581a3c87aa6c3a05354a4323ddb242916a88a30fa27f6bcb86",
+    "tnews_test_public": "19909c69baee76687f0ffeb73b5eac642e77a32a8fe661325c6f9338ca9e4c99",
+    "tnews_train_few_all": "261c91076d36a2e64bad671719cbeccbfce8e7032716de4dbb495bccbb971c15",
+    "tnews_unlabeled": "8b3ecb742f611718fac1a0576cda84211052e94aa07669e2052c89d3bca6e506",
+}
+EXTRA_FILES.update({f"fewclue_{name}.json": (digest, "{}/{}/{}.json".format(_FEWCLUE, *name.split("_", 1)))
+                    for name, digest in _FEWCLUE_SHA256.items()})
 
 
 def labeled_sets(dirty: Path) -> dict[str, list[tuple[bool, str]]]:
@@ -115,7 +146,28 @@ def extra_corpora(extra: Path) -> dict[str, list[tuple[str, str]]]:
         with open(shopping, encoding="utf-8") as f:
             out["zh online_shopping_10_cats (product reviews)"] = [(r["cat"], r["review"]) for r in csv.DictReader(f)
                                                                    if r["review"]]
+    out.update(fewclue_corpora(extra))
     return out
+
+
+def fewclue_corpora(extra: Path) -> dict[str, list[tuple[str, str]]]:
+    """Clean Chinese text of four FewCLUE tasks (CLUEbenchmark/FewCLUE, commit 62a02c6f): app descriptions, news
+    titles, shop reviews, science abstracts, as source -> [(genre, text)]; a row's genre is its task label, or
+    'unlabeled' in the files without labels. A task is left out unless all its files are in DIR."""
+    out = {}
+    for task, (source, names) in FEWCLUE.items():
+        paths = [extra_file(extra, f"fewclue_{task}_{name}.json") for name in names]
+        if not all(paths):
+            continue
+        # one record a line, split on "\n" only: texts hold U+2028 and other characters splitlines() breaks at
+        out[source] = [fewclue_row(json.loads(line)) for path in paths
+                       for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
+    return out
+
+
+def fewclue_row(record: dict) -> tuple[str, str]:
+    genre = record.get("label_des") or record.get("label_desc") or record.get("label") or "unlabeled"
+    return str(genre), record.get("sentence") or record.get("content") or ""
 
 
 def key(text: str) -> str:

@@ -190,7 +190,12 @@ class DirtySettings(Strict):
     patterns: list[str] = Field(default_factory=list, description="extra regex lists ('regex<TAB>weight' or 'regex<TAB>weight<TAB>group' per line; a group's matches count as one hit), added to the built-in ones")
     min_score: float = Field(1.5, ge=0, description="reject when the weighted hit count reaches this ...")
     min_score_per_kchar: float = Field(8.0, ge=0, description="... and the weighted hits per 1000 characters reach this "
-                                       "(long articles that mention an offer or two are kept) ...")
+                                       "(long articles that mention an offer or two are kept; en, code and other "
+                                       "documents) ...")
+    min_score_per_kchar_zh: float = Field(20.0, ge=0, description="... or this, for zh documents: a Chinese character "
+                                          "says about as much as three English letters, so the same run of offers "
+                                          "is about three times as dense (an app's description that lists its "
+                                          "coupons and members' points is kept; an SMS advert is not) ...")
     min_distinct_hits: int = Field(2, ge=1, description="... and at least this many different terms, patterns or "
                                    "domains hit (one term, however often repeated, never rejects)")
     word_aware: bool = Field(True, description="Chinese terms match only where they do not straddle a word of the "

@@ -198,7 +198,8 @@ class DirtyRule(Rule):
         out.scores["dirty.score"] = score
         out.scores["dirty.distinct_hits"] = distinct
         # one term, however often repeated or however heavy, is a mention, not an advert
-        clean = score < s.min_score or per_k < s.min_score_per_kchar or distinct < s.min_distinct_hits
+        min_per_k = s.min_score_per_kchar_zh if doc.channel == "zh" else s.min_score_per_kchar
+        clean = score < s.min_score or per_k < min_per_k or distinct < s.min_distinct_hits
         out.check("score_per_kchar", per_k, clean, "dirty_content")
         model = self.classifiers.get(doc.channel)
         # texts of a length the model has seen spam at; with scope 'evidence', only those with a hit

@@ -38,35 +38,36 @@ EXTRA_FILES = {  # name in --extra DIR -> (sha256, where it comes from)
 }
 _FEWCLUE = ("https://raw.githubusercontent.com/CLUEbenchmark/FewCLUE/"
             "62a02c6f31cf32814cfe522f78ef088228840f8d/datasets")
-FEWCLUE = {  # task -> (source name in the tables, its files in the order they are read)
-    "iflytek": ("zh FewCLUE iflytek (app descriptions)", ["train_few_all", "dev_few_all", "test_public", "test"]),
-    "tnews": ("zh FewCLUE tnews (news titles)", ["train_few_all", "dev_few_all", "test_public", "test", "unlabeled"]),
-    "eprstmt": ("zh FewCLUE eprstmt (shop reviews)",
-                ["train_few_all", "dev_few_all", "test_public", "test", "unlabeled"]),
-    "csldcp": ("zh FewCLUE csldcp (science abstracts)", ["train_few_all", "dev_few_all", "test_public", "test"]),
+FEWCLUE = {  # task -> (source name in the tables, {file: sha256} in the order the files are read)
+    "iflytek": ("zh FewCLUE iflytek (app descriptions)", {
+        "train_few_all": "8de5db8d8a9fa77ae2e5da36a78c762625303600d547f96cc3b674a012243fe6",
+        "dev_few_all": "25e8dd5031ce5d1f7f78f00edff81749a2dc00c17894151c2790c55a4ac3f5dc",
+        "test_public": "f3cca532ec3d63b4afd2d8ce73f2f6e3eaa224cf8fa2fb9a6ebe2e602742dc19",
+        "test": "d0fff6d2d2da33acd2705702db6e6703b3530e2b8195351c4a5f089a3ca814d1",
+    }),
+    "tnews": ("zh FewCLUE tnews (news titles)", {
+        "train_few_all": "261c91076d36a2e64bad671719cbeccbfce8e7032716de4dbb495bccbb971c15",
+        "dev_few_all": "8aa37d994fa6148e673c1357a44ee1409cab0220f773b55dd8e5733446804725",
+        "test_public": "19909c69baee76687f0ffeb73b5eac642e77a32a8fe661325c6f9338ca9e4c99",
+        "test": "9b082f61cea74c581a3c87aa6c3a05354a4323ddb242916a88a30fa27f6bcb86",
+        "unlabeled": "8b3ecb742f611718fac1a0576cda84211052e94aa07669e2052c89d3bca6e506",
+    }),
+    "eprstmt": ("zh FewCLUE eprstmt (shop reviews)", {
+        "train_few_all": "da6343ed63264304fdbf70ebc6f82d7ab43aa294daad047f450a88252a36de9d",
+        "dev_few_all": "859eeb8b977a5e06c13b7c4016a74aae1dc8a5ff5a8fb502fba77e551087ed96",
+        "test_public": "ddea92e833023adeff35070bd56331878ae9fdc57fd99229c249c2aae06bbf41",
+        "test": "d93000f32207172f349ed3414db367930dd6e1b961991eca786de349aca55384",
+        "unlabeled": "1bf7d22da37ff652f0ce58c5d69c14680e29008a290101fbac29befe06a6fdfe",
+    }),
+    "csldcp": ("zh FewCLUE csldcp (science abstracts)", {
+        "train_few_all": "ca522b2f42fa3d7f564dfd70a057b81d12866b28a753d157ffb0c02855895429",
+        "dev_few_all": "a291c071fccc3a88cc18b026862f38def0536e3666ea1b9ee84a473030d222a4",
+        "test_public": "e1862a5529fc7531fd645944be8e7776e4ae154da53467df655768948561f8ec",
+        "test": "5d7152df5441ee73cdd6e9e595513e54c05bf9e7c6939182ee2e3d4e74329742",
+    }),
 }
-_FEWCLUE_SHA256 = {
-    "csldcp_dev_few_all": "a291c071fccc3a88cc18b026862f38def0536e3666ea1b9ee84a473030d222a4",
-    "csldcp_test": "5d7152df5441ee73cdd6e9e595513e54c05bf9e7c6939182ee2e3d4e74329742",
-    "csldcp_test_public": "e1862a5529fc7531fd645944be8e7776e4ae154da53467df655768948561f8ec",
-    "csldcp_train_few_all": "ca522b2f42fa3d7f564dfd70a057b81d12866b28a753d157ffb0c02855895429",
-    "eprstmt_dev_few_all": "859eeb8b977a5e06c13b7c4016a74aae1dc8a5ff5a8fb502fba77e551087ed96",
-    "eprstmt_test": "d93000f32207172f349ed3414db367930dd6e1b961991eca786de349aca55384",
-    "eprstmt_test_public": "ddea92e833023adeff35070bd56331878ae9fdc57fd99229c249c2aae06bbf41",
-    "eprstmt_train_few_all": "da6343ed63264304fdbf70ebc6f82d7ab43aa294daad047f450a88252a36de9d",
-    "eprstmt_unlabeled": "1bf7d22da37ff652f0ce58c5d69c14680e29008a290101fbac29befe06a6fdfe",
-    "iflytek_dev_few_all": "25e8dd5031ce5d1f7f78f00edff81749a2dc00c17894151c2790c55a4ac3f5dc",
-    "iflytek_test": "d0fff6d2d2da33acd2705702db6e6703b3530e2b8195351c4a5f089a3ca814d1",
-    "iflytek_test_public": "f3cca532ec3d63b4afd2d8ce73f2f6e3eaa224cf8fa2fb9a6ebe2e602742dc19",
-    "iflytek_train_few_all": "8de5db8d8a9fa77ae2e5da36a78c762625303600d547f96cc3b674a012243fe6",
-    "tnews_dev_few_all": "8aa37d994fa6148e673c1357a44ee1409cab0220f773b55dd8e5733446804725",
-    "tnews_test": "9b082f61cea74c581a3c87aa6c3a05354a4323ddb242916a88a30fa27f6bcb86",
-    "tnews_test_public": "19909c69baee76687f0ffeb73b5eac642e77a32a8fe661325c6f9338ca9e4c99",
-    "tnews_train_few_all": "261c91076d36a2e64bad671719cbeccbfce8e7032716de4dbb495bccbb971c15",
-    "tnews_unlabeled": "8b3ecb742f611718fac1a0576cda84211052e94aa07669e2052c89d3bca6e506",
-}
-EXTRA_FILES.update({f"fewclue_{name}.json": (digest, "{}/{}/{}.json".format(_FEWCLUE, *name.split("_", 1)))
-                    for name, digest in _FEWCLUE_SHA256.items()})
+EXTRA_FILES.update({f"fewclue_{task}_{name}.json": (digest, f"{_FEWCLUE}/{task}/{name}.json")
+                    for task, (_, files) in FEWCLUE.items() for name, digest in files.items()})
 
 
 def labeled_sets(dirty: Path) -> dict[str, list[tuple[bool, str]]]:
@@ -155,8 +156,8 @@ def fewclue_corpora(extra: Path) -> dict[str, list[tuple[str, str]]]:
     titles, shop reviews, science abstracts, as source -> [(genre, text)]; a row's genre is its task label, or
     'unlabeled' in the files without labels. A task is left out unless all its files are in DIR."""
     out = {}
-    for task, (source, names) in FEWCLUE.items():
-        paths = [extra_file(extra, f"fewclue_{task}_{name}.json") for name in names]
+    for task, (source, files) in FEWCLUE.items():
+        paths = [extra_file(extra, f"fewclue_{task}_{name}.json") for name in files]
         if not all(paths):
             continue
         # one record a line, split on "\n" only: texts hold U+2028 and other characters splitlines() breaks at

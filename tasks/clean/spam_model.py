@@ -14,6 +14,12 @@ scores choose its scope: whether it judges only texts with lexicon evidence (`ev
 fold within that ham rate (lexicons miss what a spammer words around them: 15.5% of the
 benchmark's Chinese spam examples have no hit). The model keeps the threshold, scope and out-of-fold
 rates; the clean manifest reports them.
+
+The model is also a second opinion on the lexicons, which do not read context: a text the lists reject
+is kept when the model, which has seen the corpus's own genres as ham, scores it below a veto
+threshold (an app's description of its loans or coupons, written in the words of loan and coupon
+spam). The same out-of-fold scores set that threshold: the highest at which the vetoes keep at most
+`max_spam_loss` of the spam examples.
 """
 from __future__ import annotations
 
@@ -52,7 +58,9 @@ def read_examples(path: str) -> list[tuple[bool, str]]:
 
 
 def channel_models(examples: list[tuple[bool, str]], max_chars: int = 2000, max_ham_rate: float = 0.005,
-                   judged: Callable[[str], bool] = lambda text: True, scope: str = "auto") -> dict[str, "SpamModel"]:
+                   judged: Callable[[str], bool] = lambda text: True, scope: str = "auto",
+                   listed: Callable[[str, str], bool] | None = None,
+                   max_spam_loss: float | None = None) -> dict[str, "SpamModel"]:
     """One model per channel of the examples (zh, en, ...): a pooled model flags most Chinese ham when the English
     examples outnumber the Chinese ones. A channel with fewer than MIN_CLASS_EXAMPLES of spam or of ham gets none."""
     from tasks.clean.channel import detect_channel
@@ -64,7 +72,8 @@ def channel_models(examples: list[tuple[bool, str]], max_chars: int = 2000, max_
         text, _ = normalize_text(text)
         if text.strip():
             by_channel.setdefault(detect_channel(DocFeatures(text)), []).append((is_spam, text))
-    return {c: SpamModel.cross_validated(rows, c, max_chars, max_ham_rate, judged, scope=scope)
+    return {c: SpamModel.cross_validated(rows, c, max_chars, max_ham_rate, judged, scope=scope,
+                                         listed=listed, max_spam_loss=max_spam_loss)
             for c, rows in by_channel.items()
             if min(sum(s for s, _ in rows), sum(not s for s, _ in rows)) >= MIN_CLASS_EXAMPLES}
 
@@ -80,6 +89,9 @@ class CrossValidation:
     scope: str = "all"   # 'evidence': judges only texts with a lexicon, pattern or domain hit; 'all': every text
     recall_by_scope: dict[str, float] = field(default_factory=dict)  # out-of-fold spam recall each scope reached
     spam_with_evidence: float = 1.0  # share of spam examples scope 'evidence' may judge: the most it can remove
+    veto_threshold: float = 0.0  # a list rejection of a text the model scores below this is overruled (0: never)
+    veto_spam_lost: float = 0.0  # out of fold: share of the spam examples the lists reject that a veto keeps
+    veto_ham_kept: float = 0.0   # ... and of the ham examples
 
 
 class SpamModel:
@@ -102,8 +114,10 @@ class SpamModel:
     @classmethod
     def cross_validated(cls, examples: list[tuple[bool, str]], channel: str, max_chars: int = 2000,
                         max_ham_rate: float = 0.005, judged: Callable[[str], bool] = lambda text: True,
-                        folds: int = 5, scope: str = "auto") -> "SpamModel":
-        """The model on all examples (of one channel), with the threshold and scope that out-of-fold scores support."""
+                        folds: int = 5, scope: str = "auto", listed: Callable[[str, str], bool] | None = None,
+                        max_spam_loss: float | None = None) -> "SpamModel":
+        """The model on all examples (of one channel), with the threshold, scope and veto that out-of-fold scores
+        support. listed(text, channel): whether the lexicons alone reject the text; no veto without it."""
         labels = [s for s, _ in examples]
         model = cls(examples, max_chars)
         scores: list[float | None] = [None] * len(examples)
@@ -115,6 +129,9 @@ class SpamModel:
                 scores[i] = score
         evidence = [s is not None and judged(text) for s, (_, text) in zip(scores, examples)]
         model.cv = choose_scope(labels, scores, evidence, max_ham_rate, len(splits), scope)
+        if listed is not None and max_spam_loss is not None:
+            rejected = [s is not None and listed(text, channel) for s, (_, text) in zip(scores, examples)]
+            choose_veto(model.cv, labels, scores, rejected, max_spam_loss)
         return model
 
     def scores(self, texts: list[str]) -> list[float]:
@@ -194,3 +211,16 @@ def choose_threshold(labels: list[bool], scores: list[float | None], max_ham_rat
     spam_hits = sum(1 for s, y in zip(scores, labels) if y and s is not None and s > threshold)
     ham_hits = sum(1 for s in ham if s > threshold)
     return CrossValidation(round(threshold, 6), spam_hits / n_spam, ham_hits / n_ham, n_spam, n_ham, folds)
+
+
+def choose_veto(cv: CrossValidation, labels: list[bool], scores: list[float | None], rejected: list[bool],
+                max_spam_loss: float) -> None:
+    """The highest veto threshold (at most the model's own) below which at most max_spam_loss of the spam examples
+    score out of fold among those the lists reject: those the veto would keep, and the model would not remove."""
+    listed_spam = sorted(s for s, y, r in zip(scores, labels, rejected) if y and r and s is not None)
+    allowed = int(max_spam_loss * cv.spam)
+    veto = min(listed_spam[allowed] if allowed < len(listed_spam) else cv.threshold, cv.threshold)
+    kept = [y for s, y, r in zip(scores, labels, rejected) if r and s is not None and s < veto]
+    cv.veto_threshold = round(veto, 6)
+    cv.veto_spam_lost = sum(kept) / max(cv.spam, 1)
+    cv.veto_ham_kept = (len(kept) - sum(kept)) / max(cv.ham, 1)

@@ -6,6 +6,7 @@ is kept; an advert stacking betting terms is not.
 from __future__ import annotations
 
 import bisect
+import functools
 import re
 from importlib import resources
 
@@ -180,31 +181,45 @@ class DirtyRule(Rule):
         self.blocklist = DomainBlocklist.from_paths(builtin_paths(".domains.txt") + list(settings.domain_blocklists))
         self.patterns = PatternSet.from_paths(builtin_paths(".patterns.txt") + list(settings.patterns))
         examples = [e for path in settings.classifier_examples for e in read_examples(path)]
+        hits_of = functools.lru_cache(maxsize=None)(self.hits)  # the cross-validation asks twice per example
         self.classifiers = channel_models(examples, max_ham_rate=settings.classifier_max_ham_rate,
-                                          judged=lambda text: bool(self.hits(text)),
-                                          scope=settings.classifier_scope) if examples else {}
+                                          judged=lambda text: bool(hits_of(text)),
+                                          scope=settings.classifier_scope,
+                                          listed=lambda text, channel: not self.lists_verdict(
+                                              hits_of(text), len(text), channel)[-1],
+                                          max_spam_loss=settings.classifier_veto_max_spam_loss) if examples else {}
 
     def hits(self, text: str) -> list[tuple[str, float]]:
         """Every lexicon term, pattern match and blocklisted domain found, with its weight."""
         return (self.lexicon.hits(text) + self.patterns.hits(text)
                 + [(host, DOMAIN_WEIGHT) for host in self.blocklist.hits(text)])
 
+    def lists_verdict(self, hits: list[tuple[str, float]], n_chars: int, channel: str) -> tuple[float, int, float, bool]:
+        """(score, distinct hits, score per 1000 characters, clean) of the lexicons, patterns and domains alone."""
+        s = self.settings
+        weights = dict(hits)  # each term, pattern match or domain counts once: an article about loans says 贷款 often
+        score, distinct = sum(weights.values()), len(weights)
+        per_k = 1000 * score / max(n_chars, 1)
+        min_per_k = s.min_score_per_kchar_zh if channel == "zh" else s.min_score_per_kchar
+        # one term, however often repeated or however heavy, is a mention, not an advert
+        return score, distinct, per_k, score < s.min_score or per_k < min_per_k or distinct < s.min_distinct_hits
+
     def evaluate(self, doc: Doc) -> Outcome:
         s, out = self.settings, Outcome(self.name)
         hits = self.hits(doc.text)
-        weights = dict(hits)  # each term, pattern match or domain counts once: an article about loans says 贷款 often
-        score, distinct = sum(weights.values()), len(weights)
-        per_k = 1000 * score / max(doc.feats.n_chars, 1)
+        score, distinct, per_k, clean = self.lists_verdict(hits, doc.feats.n_chars, doc.channel)
         out.scores["dirty.score"] = score
         out.scores["dirty.distinct_hits"] = distinct
-        # one term, however often repeated or however heavy, is a mention, not an advert
-        min_per_k = s.min_score_per_kchar_zh if doc.channel == "zh" else s.min_score_per_kchar
-        clean = score < s.min_score or per_k < min_per_k or distinct < s.min_distinct_hits
-        out.check("score_per_kchar", per_k, clean, "dirty_content")
         model = self.classifiers.get(doc.channel)
+        spam = None
         # texts of a length the model has seen spam at; with scope 'evidence', only those with a hit
         if model and (hits or model.cv.scope == "all") and doc.feats.n_chars <= model.judges_up_to_chars:
             spam = model.score(doc.text)
-            threshold = s.classifier_threshold if s.classifier_threshold is not None else model.cv.threshold
+        threshold = s.classifier_threshold if s.classifier_threshold is not None else model.cv.threshold if model else 1
+        if not clean and spam is not None and spam < min(model.cv.veto_threshold, threshold):
+            out.scores["dirty.overruled"] = 1.0  # the lists rejected it; the classifier reads it as its ham examples
+            clean = True
+        out.check("score_per_kchar", per_k, clean, "dirty_content")
+        if spam is not None:
             out.check("classifier", spam, spam <= threshold, "spam_classifier")
         return out

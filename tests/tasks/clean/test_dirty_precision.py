@@ -11,7 +11,7 @@ from tasks.clean.features import DocFeatures
 from tasks.clean.normalize import normalize_text
 from tasks.clean.rules.base import Doc
 from tasks.clean.rules.dirty import DirtyRule, Lexicon, PatternSet, builtin_paths, read_list
-from tasks.clean.spam_model import channel_models, choose_scope, choose_threshold
+from tasks.clean.spam_model import CrossValidation, channel_models, choose_scope, choose_threshold, choose_veto
 from tasks.clean.stage import run_clean
 from tests.conftest import CORPORA, need_shared
 
@@ -146,6 +146,7 @@ def test_cross_validation_runs_when_the_stage_starts_and_the_manifest_records_it
     assert zh_cv["judges_up_to_chars"] > 100
     assert zh_cv["scope"] in ("evidence", "all") and set(zh_cv["recall_by_scope"]) == {"evidence", "all"}
     assert zh_cv["spam_recall"] == max(zh_cv["recall_by_scope"].values())
+    assert 0 < zh_cv["veto_threshold"] <= zh_cv["threshold"] and zh_cv["veto_spam_lost"] <= 0.005
 
 
 def test_the_classifier_never_judges_a_long_page_and_judges_text_without_evidence_only_in_scope_all(tmp_path):
@@ -190,6 +191,43 @@ def test_the_scope_is_the_one_that_removes_more_spam_out_of_fold():
     assert (cv.scope, cv.spam_recall, cv.recall_by_scope) == ("evidence", 0.9, {"evidence": 0.9, "all": 0.0})
     # a tie keeps the narrower scope
     assert choose_scope(labels, scores, [True] * 220, 0.01, 5).scope == "evidence"
+
+
+def test_the_veto_threshold_is_the_highest_that_overrules_no_more_spam_than_allowed():
+    labels = [False] * 100 + [True] * 400
+    scores = [i / 100 for i in range(100)] + [0.05, 0.1, 0.2, 0.3] + [0.95] * 396
+    rejected = [i % 10 == 0 for i in range(100)] + [True] * 400  # the lists reject 10 ham and every spam
+    cv = CrossValidation(threshold=0.9, spam_recall=0.99, ham_rate=0.01, spam=400, ham=100, folds=5)
+    choose_veto(cv, labels, scores, rejected, max_spam_loss=0.005)  # 2 of 400 spam may be overruled
+    assert cv.veto_threshold == 0.2  # overrules below it: the spam at 0.05 and 0.1, and the ham at 0 .. 0.1
+    assert (cv.veto_spam_lost, cv.veto_ham_kept) == (2 / 400, 2 / 100)
+    choose_veto(cv, labels, scores, rejected, max_spam_loss=0.0)
+    assert cv.veto_threshold == 0.05 and cv.veto_spam_lost == 0 and cv.veto_ham_kept == 1 / 100
+    # never above the model's own threshold: what scores above it is removed whatever the lists say
+    choose_veto(cv, labels, scores, rejected, max_spam_loss=0.5)
+    assert cv.veto_threshold == 0.9
+
+
+def test_the_classifier_overrules_the_lists_on_a_message_like_its_ham_and_loses_no_spam(tmp_path):
+    """A held-out ham SMS (a shop's lucky draw told to a friend, 大奖 and 免费 in a row) that the lists reject is kept;
+    every held-out spam the rule removed without the veto it still removes."""
+    examples, zh = sms_examples(tmp_path)
+    settings = {"classifier_examples": [str(examples)]}
+    vetoing = DirtyRule(DirtySettings(**settings))
+    listening = DirtyRule(DirtySettings(**settings, classifier_veto_max_spam_loss=None))
+    cv = vetoing.classifiers["zh"].cv
+    assert 0 < cv.veto_threshold <= cv.threshold and cv.veto_spam_lost == 0  # 59 spam examples: none may be lost
+    assert listening.classifiers["zh"].cv.veto_threshold == 0
+    held = zh[1::2]
+    with_veto = [judge(vetoing, t) for _, t in held]
+    without = [judge(listening, t) for _, t in held]
+    overruled = [(s, t) for (s, t), o in zip(held, with_veto) if "dirty.overruled" in o.scores]
+    assert overruled and not any(s for s, _ in overruled)
+    assert any("大奖" in t for _, t in overruled)
+    assert all(o.failure is None and w.failure.reason == "dirty_content"
+               for (_, t), o, w in zip(held, with_veto, without) if "dirty.overruled" in o.scores)
+    spam = [i for i, (s, _) in enumerate(held) if s]
+    assert [with_veto[i].failure is not None for i in spam] == [without[i].failure is not None for i in spam]
 
 
 def test_channel_models_need_enough_of_both_labels():

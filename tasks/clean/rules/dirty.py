@@ -211,14 +211,14 @@ class DirtyRule(Rule):
         out.scores["dirty.score"] = score
         out.scores["dirty.distinct_hits"] = distinct
         model = self.classifiers.get(doc.channel)
-        spam = None
+        spam = threshold = None
         # texts of a length the model has seen spam at; with scope 'evidence', only those with a hit
         if model and (hits or model.cv.scope == "all") and doc.feats.n_chars <= model.judges_up_to_chars:
             spam = model.score(doc.text)
-        threshold = s.classifier_threshold if s.classifier_threshold is not None else model.cv.threshold if model else 1
-        if not clean and spam is not None and spam < min(model.cv.veto_threshold, threshold):
-            out.scores["dirty.overruled"] = 1.0  # the lists rejected it; the classifier reads it as its ham examples
-            clean = True
+            threshold = s.classifier_threshold if s.classifier_threshold is not None else model.cv.threshold
+            if not clean and spam < min(model.cv.veto_threshold, threshold):
+                out.scores["dirty.overruled"] = 1.0  # the lists rejected it; the classifier reads it as its ham examples
+                clean = True
         out.check("score_per_kchar", per_k, clean, "dirty_content")
         if spam is not None:
             out.check("classifier", spam, spam <= threshold, "spam_classifier")

@@ -36,6 +36,7 @@ from model.comm import Comm
 from model.comm_profile import profile_steps
 from model.data import (DataError, GlobalSampler, SamplerState, TokenDataset, read_manifest, training_dataset,
                         training_sampler)
+from model.ds_import import import_deepspeed
 from model.evaluate import local_eval_sums, reduce_eval
 from model.guard import Guard, fault_point
 from model.llama import Transformer, count_parameters, flops_per_token
@@ -59,9 +60,10 @@ class StopFlag:
     """Set by SIGTERM, or when the launcher that started this rank is gone; the ranks agree on it in the step's
     collective, so they stop together, after saving a checkpoint.
 
-    The launcher check matters because DeepSpeed's single-node launcher does not pass SIGTERM on: killing it left
-    its ranks training on, orphaned. A rank's parent is DeepSpeed's per-node `launch` process, whose parent is the
-    `deepspeed` launcher (or the shell ssh started): when either goes, its child is re-parented.
+    The launcher check matters because a launcher can go without passing anything on (killed outright, or
+    DeepSpeed's `deepspeed` command, which does not pass SIGTERM on): its ranks would train on, orphaned. A rank's
+    parent is DeepSpeed's per-node `launch` process, whose parent is the train stage (one node), the `deepspeed`
+    command or the shell ssh started: when either goes, its child is re-parented.
     """
 
     def __init__(self, poll_s: float = 2.0):
@@ -341,7 +343,7 @@ def announce(loop: Loop, model: torch.nn.Module, sampler: GlobalSampler, optimiz
 def train(spec: Spec) -> int:
     import datetime
 
-    import deepspeed  # imported here so `--help` and spec errors are fast
+    deepspeed = import_deepspeed()  # here, so that `--help` and spec errors are fast
 
     t = spec.train
     force_weights_only()  # checkpoints on shared storage are data: DeepSpeed's loads too run no pickled code

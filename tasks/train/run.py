@@ -1,6 +1,8 @@
 """Train stage: turn the config into a DeepSpeed config and spec, launch the ranks, watch them."""
 from __future__ import annotations
 
+import base64
+import json
 import os
 import re
 import shutil
@@ -28,6 +30,7 @@ from tasks.train.spec import write_spec
 
 
 PROGRAM = "model.train"  # the module every rank runs
+LOCAL_LAUNCHER = "tasks.train.local_launcher"
 
 
 class TrainingFailed(RuntimeError):
@@ -44,13 +47,16 @@ def deepspeed_binary() -> str:
 
 
 def launcher_command(train: TrainConfig, spec_path: Path, hostfile: Path | None = None, port: int | None = None) -> list[str]:
-    cmd = [deepspeed_binary(), "--master_port", str(port or train.master_port or free_port())]
-    if hostfile:
-        cmd += ["--hostfile", str(hostfile), "--launcher", train.ssh_launcher]
-        cmd += ["--master_addr", train.master_addr] if train.master_addr else []
-    else:
-        cmd += ["--num_gpus", str(train.num_gpus)]
-    return cmd + ["--module", PROGRAM, "--spec", str(spec_path)]
+    """`deepspeed` across the hostfile's nodes; on this node alone, DeepSpeed's per-node launcher directly, with the
+    world info `deepspeed --num_gpus N` would give it (devices 0..N-1; it sets CUDA_VISIBLE_DEVICES from them)."""
+    port = str(port or train.master_port or free_port())
+    program = ["--module", PROGRAM, "--spec", str(spec_path)]
+    if hostfile is None:
+        world = base64.urlsafe_b64encode(json.dumps({"localhost": list(range(train.num_gpus))}).encode()).decode()
+        return [sys.executable, "-u", "-m", LOCAL_LAUNCHER, f"--world_info={world}", "--master_addr=127.0.0.1",
+                f"--master_port={port}", *program]
+    cmd = [deepspeed_binary(), "--master_port", port, "--hostfile", str(hostfile), "--launcher", train.ssh_launcher]
+    return cmd + (["--master_addr", train.master_addr] if train.master_addr else []) + program
 
 
 def launcher_env(train: TrainConfig, mlflow_env: dict[str, str]) -> dict[str, str]:

@@ -53,12 +53,6 @@ def services(state: Path, extra: dict[str, str]):
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    """The default local setup: Prefect on SQLite."""
-    yield from services(tmp_path_factory.mktemp("stack"), {})
-
-
-@pytest.fixture(scope="module")
 def postgres():
     """A throwaway PostgreSQL server on loopback, from the distribution's packages (.ci/run installs them)."""
     found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
@@ -85,8 +79,10 @@ def postgres():
 
 @pytest.fixture(scope="module")
 def pg_stack(tmp_path_factory, postgres):
-    """What a team runs: the Prefect server on PostgreSQL."""
-    yield from services(tmp_path_factory.mktemp("pg-stack"), {"PREFECT_API_DATABASE_CONNECTION_URL": postgres["url"]})
+    """What a team runs: the Prefect server on PostgreSQL. One stack for the module: each costs a minute to bring
+    up and down. (The default SQLite server runs in tests/pretrain/test_cli.py and `make demo`.)"""
+    yield from services(tmp_path_factory.mktemp("pg-stack"), {"PREFECT_API_DATABASE_CONNECTION_URL": postgres["url"],
+                                                               "PREFECT_WORKER_QUERY_SECONDS": "2"})  # not 10
 
 
 def psql(postgres, query: str) -> str:
@@ -108,9 +104,11 @@ def write_config(tmp_path: Path, name: str, **train) -> Path:
 
 
 def flow_run_state(env, run_id: str) -> str:
-    out = prefect(env, "flow-run", "inspect", run_id, timeout=60).stdout
-    m = re.search(r"state_type=StateType\.(\w+)", out)
-    return m.group(1) if m else "UNKNOWN"
+    """Read over the REST API, as the UI does: a `prefect flow-run inspect` every 3 s would cost seconds of
+    CPU each, taken from the pipeline it is waiting for on a 2-core machine."""
+    import httpx
+
+    return httpx.get(f"{env['PREFECT_API_URL']}/flow_runs/{run_id}", timeout=30).json()["state_type"]
 
 
 def api(env, path: str, body: dict | None = None):
@@ -285,13 +283,13 @@ def wait_for_evals(env, tags: set[str], seconds: int = 300) -> dict[str, dict]:
         time.sleep(3)
 
 
-def test_eval_deployment_is_scheduled_and_triggered_by_checkpoints(stack):
-    [deployment] = [d for d in api(stack, "/deployments/filter") if d["entrypoint"] == "flows/evaluation.py:eval_flow"]
+def test_eval_deployment_is_scheduled_and_triggered_by_checkpoints(pg_stack):
+    [deployment] = [d for d in api(pg_stack, "/deployments/filter") if d["entrypoint"] == "flows/evaluation.py:eval_flow"]
     assert [s["schedule"]["cron"] for s in deployment["schedules"] if s["active"]] == ["0 */4 * * *"]
-    [train] = [d for d in api(stack, "/deployments/filter") if d["entrypoint"] == "flows/train.py:train_flow"]
+    [train] = [d for d in api(pg_stack, "/deployments/filter") if d["entrypoint"] == "flows/train.py:train_flow"]
     # its own pool, so an eval never lands on a node that is training
     assert deployment["work_pool_name"] == f"{train['work_pool_name']}-eval"
-    automations = [a for a in api(stack, "/automations/filter")
+    automations = [a for a in api(pg_stack, "/automations/filter")
                    if any(x.get("deployment_id") == deployment["id"] for x in a["actions"])]
     assert len(automations) == 1 and automations[0]["enabled"]
     assert automations[0]["trigger"]["expect"] == ["pretrain.checkpoint.saved"]
@@ -307,28 +305,28 @@ def rank_processes(spec: Path) -> list[psutil.Process]:
     return found
 
 
-def test_cancelling_training_leaves_no_rank_alive(stack, tmp_path, prepared_run):
+def test_cancelling_training_leaves_no_rank_alive(pg_stack, tmp_path, prepared_run):
     _, prepared = prepared_run
     config = write_config(tmp_path, "e2e-cancel", steps=1_000_000, save_every=1_000_000)
     for stage in ("tokenizer", "tokens"):
         shutil.copytree(prepared / stage, tmp_path / "run" / stage)
-    proc = prefect(stack, "deployment", "run", "train/default", "-p", f"config={config}", timeout=120)
+    proc = prefect(pg_stack, "deployment", "run", "train/default", "-p", f"config={config}", timeout=120)
     run_id = re.search(r"UUID: ([0-9a-f-]{36})", proc.stdout).group(1)
     metrics = tmp_path / "run" / "train" / "metrics.jsonl"
     deadline = time.time() + 240
     while not (metrics.is_file() and metrics.read_text().count("\n") >= 3):
-        assert time.time() < deadline, f"training never started; state {flow_run_state(stack, run_id)}"
+        assert time.time() < deadline, f"training never started; state {flow_run_state(pg_stack, run_id)}"
         time.sleep(1)
     spec = tmp_path / "run" / "train" / "spec.json"
     assert len(rank_processes(spec)) >= 3  # the deepspeed runner, its launcher and two ranks
 
-    cancel = prefect(stack, "flow-run", "cancel", run_id, timeout=60)
+    cancel = prefect(pg_stack, "flow-run", "cancel", run_id, timeout=60)
     assert cancel.returncode == 0, cancel.stdout + cancel.stderr
     deadline = time.time() + 90
     while rank_processes(spec) and time.time() < deadline:
         time.sleep(1)
     assert rank_processes(spec) == [], "rank processes survived the cancellation"
     deadline = time.time() + 90
-    while flow_run_state(stack, run_id) != "CANCELLED" and time.time() < deadline:
+    while flow_run_state(pg_stack, run_id) != "CANCELLED" and time.time() < deadline:
         time.sleep(2)
-    assert flow_run_state(stack, run_id) == "CANCELLED"
+    assert flow_run_state(pg_stack, run_id) == "CANCELLED"

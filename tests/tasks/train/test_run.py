@@ -1,7 +1,9 @@
 """The train stage with real DeepSpeed ranks (2 CPU processes, gloo, ZeRO-1)."""
+import base64
 import json
 import os
 import shutil
+import sys
 from collections import Counter
 
 import pytest
@@ -121,9 +123,13 @@ def test_deepspeed_config_and_command(tiny_cfg, tmp_path):
     ds = deepspeed_config(tiny_cfg.train)
     assert ds["zero_optimization"]["stage"] == 1 and ds["bf16"]["enabled"] is False
     assert ds["train_micro_batch_size_per_gpu"] == tiny_cfg.train.micro_batch_size
-    cmd = launcher_command(tiny_cfg.train, tmp_path / "spec.json")
+    cmd = launcher_command(tiny_cfg.train, tmp_path / "spec.json", port=29555)
     assert cmd[-4:] == ["--module", "model.train", "--spec", str(tmp_path / "spec.json")]
-    assert "--num_gpus" in cmd
+    # one node: DeepSpeed's per-node launcher directly, with the world `deepspeed --num_gpus 2` gives it
+    assert cmd[:4] == [sys.executable, "-u", "-m", "tasks.train.local_launcher"]
+    [world] = [a for a in cmd if a.startswith("--world_info=")]
+    assert json.loads(base64.urlsafe_b64decode(world.split("=", 1)[1])) == {"localhost": [0, 1]}
+    assert "--master_port=29555" in cmd and "--master_addr=127.0.0.1" in cmd
     multi = launcher_command(tiny_cfg.train.model_copy(update={"ssh_launcher": "slurm"}), tmp_path / "s.json",
                              tmp_path / "hosts")
     assert "--hostfile" in multi and "--num_gpus" not in multi

@@ -15,12 +15,14 @@ from tasks.common.ports import free_port
 from tests.conftest import ROOT
 
 
-def run_flow(stage: str, data: dict, tmp: Path) -> dict:
-    """`pretrain <stage>` in a subprocess; returns the result it prints (the last JSON object)."""
+def run_flow(stage: str, data: dict, tmp: Path, api_url: str | None = None) -> dict:
+    """`pretrain <stage>` in a subprocess, on the Prefect server at api_url (else the run starts its own); returns
+    the result it prints (the last JSON object)."""
     config = tmp / f"{stage}.yaml"
     config.write_text(yaml.safe_dump(data, allow_unicode=True))
+    env = {**os.environ, **({"PREFECT_API_URL": api_url} if api_url else {})}
     proc = subprocess.run([sys.executable, "-m", "pretrain.cli", stage, "--config", str(config)],
-                          capture_output=True, text=True, cwd=ROOT, env={**os.environ}, timeout=600)
+                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = "\n" + proc.stdout
     return json.loads(out[out.rindex("\n{\n") + 1:])
@@ -66,6 +68,29 @@ def prefect_server(monkeypatch, tmp_path_factory):
     monkeypatch.setenv("PREFECT_HOME", str(tmp_path_factory.mktemp("prefect-home")))
     proc, url, log = start_server()
     monkeypatch.setenv("PREFECT_API_URL", url)
+    try:
+        yield url
+    finally:
+        stop_server(proc)
+        log.unlink(missing_ok=True)
+
+
+@pytest.fixture(scope="session")
+def shared_prefect(tmp_path_factory):
+    """One Prefect server for the flow tests that only need a server to run on, as a team's long-running one: a
+    temporary server of each run's own costs 15 s here to start. (That path runs in tests/pretrain/test_cli.py,
+    test_secrets.py and test_lease.py.)"""
+    from pretrain.local_server import start_server, stop_server
+
+    home = os.environ.get("PREFECT_HOME")
+    os.environ["PREFECT_HOME"] = str(tmp_path_factory.mktemp("shared-prefect-home"))  # the server's database
+    try:
+        proc, url, log = start_server()
+    finally:
+        if home is None:
+            os.environ.pop("PREFECT_HOME")
+        else:
+            os.environ["PREFECT_HOME"] = home
     try:
         yield url
     finally:

@@ -28,9 +28,9 @@ def with_eval_set(root, executor: dict) -> dict:
 
 
 @pytest.fixture(scope="module")
-def process_pool_run(tmp_path_factory):
+def process_pool_run(tmp_path_factory, shared_prefect):
     root = tmp_path_factory.mktemp("pool")
-    return run_flow("clean", with_eval_set(root, {"kind": "process", "workers": 2}), root), root
+    return run_flow("clean", with_eval_set(root, {"kind": "process", "workers": 2}), root, shared_prefect), root
 
 
 def test_process_pool_flow(process_pool_run):
@@ -49,9 +49,10 @@ def test_process_pool_flow(process_pool_run):
     assert run.data.metrics["decontamination.demo_eval.rejected_docs"] == 1
 
 
-def test_ray_cluster_flow_matches_process_pool(ray_cluster, tmp_path, process_pool_run):
+def test_ray_cluster_flow_matches_process_pool(ray_cluster, tmp_path, process_pool_run, shared_prefect):
     process_pool_manifest = process_pool_run[0]
-    m = run_flow("clean", with_eval_set(tmp_path, {"kind": "ray", "ray_address": ray_cluster}), tmp_path)
+    m = run_flow("clean", with_eval_set(tmp_path, {"kind": "ray", "ray_address": ray_cluster}), tmp_path,
+                 shared_prefect)
     assert comparable(m) == comparable(process_pool_manifest)
     assert (tmp_path / "clean" / "_SUCCESS").is_file()
     assert not (tmp_path / "clean.shards").exists()

@@ -12,7 +12,7 @@ from tests.flows.conftest import run_flow
 pytestmark = pytest.mark.slow
 
 
-def test_tiny_sweep_fits_a_law_that_the_planner_uses(prepared_run, tmp_path):
+def test_tiny_sweep_fits_a_law_that_the_planner_uses(prepared_run, tmp_path, shared_prefect):
     _, prepared = prepared_run
     root = tmp_path / "run"
     for stage in ("tokenizer", "tokens"):
@@ -23,7 +23,7 @@ def test_tiny_sweep_fits_a_law_that_the_planner_uses(prepared_run, tmp_path):
                      tracking={"mlflow_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"})
     data["name"] = "sweep"
     data["model"]["max_seq_len"] = 64
-    result = run_flow("scaling", data, tmp_path)
+    result = run_flow("scaling", data, tmp_path, shared_prefect)
 
     fit = json.loads((root / "scaling" / "fit.json").read_text())
     assert len(fit["runs"]) == 6 and fit["skipped"] == []
@@ -58,7 +58,7 @@ def test_tiny_sweep_fits_a_law_that_the_planner_uses(prepared_run, tmp_path):
     # a rerun reuses every trained point (a retried sweep goes on where it stopped): no file rewritten, no new run
     trained = {p: p.stat().st_mtime_ns for p in (root / "scaling").glob("*/**/*") if p.is_file()}
     assert len({p.relative_to(root / "scaling").parts[0] for p in trained}) == 6
-    again = run_flow("scaling", data, tmp_path)
+    again = run_flow("scaling", data, tmp_path, shared_prefect)
     assert again["law"] == result["law"]
     assert {p: p.stat().st_mtime_ns for p in trained} == trained
     reruns = [r for r in client.search_runs([exp.experiment_id]) if r.info.run_name.startswith("sweep/scaling/")]

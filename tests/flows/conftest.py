@@ -6,7 +6,9 @@ import os
 import secrets
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 import yaml
@@ -59,20 +61,30 @@ def ray_cluster(tmp_path_factory):
                 os.environ[key] = value
 
 
-@pytest.fixture
-def prefect_server(monkeypatch, tmp_path_factory):
-    """A Prefect server of its own (its database in a new PREFECT_HOME) that outlives the CLI run (`pretrain` uses
-    PREFECT_API_URL when set), to read back after it."""
+@contextmanager
+def running_server(home: Path) -> Iterator[str]:
+    """A Prefect server with its database in `home` (as PREFECT_HOME while it starts), until the block ends."""
     from pretrain.local_server import start_server, stop_server
 
-    monkeypatch.setenv("PREFECT_HOME", str(tmp_path_factory.mktemp("prefect-home")))
-    proc, url, log = start_server()
-    monkeypatch.setenv("PREFECT_API_URL", url)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("PREFECT_HOME", str(home))
+        proc, url, log = start_server()
     try:
         yield url
     finally:
         stop_server(proc)
         log.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def prefect_server(monkeypatch, tmp_path_factory):
+    """A Prefect server of its own (its database in a new PREFECT_HOME) that outlives the CLI run (`pretrain` uses
+    PREFECT_API_URL when set), to read back after it."""
+    home = tmp_path_factory.mktemp("prefect-home")
+    monkeypatch.setenv("PREFECT_HOME", str(home))
+    with running_server(home) as url:
+        monkeypatch.setenv("PREFECT_API_URL", url)
+        yield url
 
 
 @pytest.fixture(scope="session")
@@ -80,22 +92,8 @@ def shared_prefect(tmp_path_factory):
     """One Prefect server for the flow tests that only need a server to run on, as a team's long-running one: a
     temporary server of each run's own costs 15 s here to start. (That path runs in tests/pretrain/test_cli.py,
     test_secrets.py and test_lease.py.)"""
-    from pretrain.local_server import start_server, stop_server
-
-    home = os.environ.get("PREFECT_HOME")
-    os.environ["PREFECT_HOME"] = str(tmp_path_factory.mktemp("shared-prefect-home"))  # the server's database
-    try:
-        proc, url, log = start_server()
-    finally:
-        if home is None:
-            os.environ.pop("PREFECT_HOME")
-        else:
-            os.environ["PREFECT_HOME"] = home
-    try:
+    with running_server(tmp_path_factory.mktemp("shared-prefect-home")) as url:
         yield url
-    finally:
-        stop_server(proc)
-        log.unlink(missing_ok=True)
 
 
 def prefect_api(url: str, path: str, body: dict | None = None):

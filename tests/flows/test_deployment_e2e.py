@@ -318,7 +318,7 @@ def test_cancelling_training_leaves_no_rank_alive(pg_stack, tmp_path, prepared_r
         assert time.time() < deadline, f"training never started; state {flow_run_state(pg_stack, run_id)}"
         time.sleep(1)
     spec = tmp_path / "run" / "train" / "spec.json"
-    assert len(rank_processes(spec)) >= 3  # the deepspeed runner, its launcher and two ranks
+    assert len(rank_processes(spec)) >= 3  # DeepSpeed's launcher and two ranks
 
     cancel = prefect(pg_stack, "flow-run", "cancel", run_id, timeout=60)
     assert cancel.returncode == 0, cancel.stdout + cancel.stderr

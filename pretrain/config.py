@@ -215,13 +215,13 @@ class DirtySettings(Strict):
                                                                  "with a lexicon, pattern or domain hit; 'all', every "
                                                                  "one; 'auto', per channel, the scope that removes more "
                                                                  "spam out of fold within classifier_max_ham_rate")
-    classifier_veto_max_spam_loss: float | None = Field(0.005, ge=0, lt=1, description="the classifier overrules a "
-                                                        "rejection by the lists of a text it judges and scores below "
-                                                        "a veto threshold (commerce and finance prose like its ham "
-                                                        "examples); the cross-validation picks the highest veto "
-                                                        "threshold at which the overruled spam stays within this "
-                                                        "share of the spam examples; None: the lists are never "
-                                                        "overruled")
+    classifier_veto_max_spam_loss: float | None = Field(0.01, ge=0, lt=1, description="the classifier overrules a "
+                                                       "rejection by the lists of a text it judges and scores below "
+                                                       "a veto threshold (commerce and finance prose like its ham "
+                                                       "examples); the cross-validation sets it no higher than where "
+                                                       "the overruled spam stays within this share of the spam "
+                                                       "examples, and no higher than the ham it overrules needs; "
+                                                       "None: the lists are never overruled")
 
 
 class EvalSet(Strict):

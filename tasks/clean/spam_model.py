@@ -18,8 +18,9 @@ rates; the clean manifest reports them.
 The model is also a second opinion on the lexicons, which do not read context: a text the lists reject
 is kept when the model, which has seen the corpus's own genres as ham, scores it below a veto
 threshold (an app's description of its loans or coupons, written in the words of loan and coupon
-spam). The same out-of-fold scores set that threshold: the highest at which the vetoes keep at most
-`max_spam_loss` of the spam examples.
+spam). The same out-of-fold scores set that threshold: at most where the vetoes would keep `max_spam_loss` of
+the spam examples, and no higher than the ham examples it keeps need (above the highest of them, a higher
+veto only gives up spam).
 """
 from __future__ import annotations
 
@@ -215,12 +216,21 @@ def choose_threshold(labels: list[bool], scores: list[float | None], max_ham_rat
 
 def choose_veto(cv: CrossValidation, labels: list[bool], scores: list[float | None], rejected: list[bool],
                 max_spam_loss: float) -> None:
-    """The highest veto threshold (at most the model's own) below which at most max_spam_loss of the spam examples
-    score out of fold among those the lists reject: those the veto would keep, and the model would not remove."""
-    listed_spam = sorted(s for s, y, r in zip(scores, labels, rejected) if y and r and s is not None)
+    """The veto threshold, from the out-of-fold scores of the examples the lists reject. Its bound: the highest (at
+    most the model's own threshold) below which at most max_spam_loss of the spam examples score. Under the bound it
+    sits midway between the highest ham example it keeps and the next spam score: a veto between those two keeps no
+    more ham and gives up spam. No ham under the bound: no veto (0)."""
+    listed = [(s, y) for s, y, r in zip(scores, labels, rejected) if r and s is not None]
+    listed_spam = sorted(s for s, y in listed if y)
     allowed = int(max_spam_loss * cv.spam)
-    veto = min(listed_spam[allowed] if allowed < len(listed_spam) else cv.threshold, cv.threshold)
-    kept = [y for s, y, r in zip(scores, labels, rejected) if r and s is not None and s < veto]
+    bound = min(listed_spam[allowed] if allowed < len(listed_spam) else cv.threshold, cv.threshold)
+    top_ham = max((s for s, y in listed if not y and s < bound), default=None)
+    if top_ham is None:
+        veto = 0.0
+    else:
+        next_spam = min((s for s in listed_spam if s > top_ham), default=bound)
+        veto = min(bound, (top_ham + next_spam) / 2)
+    kept = [y for s, y in listed if s < veto]
     cv.veto_threshold = round(veto, 6)
     cv.veto_spam_lost = sum(kept) / max(cv.spam, 1)
     cv.veto_ham_kept = (len(kept) - sum(kept)) / max(cv.ham, 1)

@@ -146,7 +146,7 @@ def test_cross_validation_runs_when_the_stage_starts_and_the_manifest_records_it
     assert zh_cv["judges_up_to_chars"] > 100
     assert zh_cv["scope"] in ("evidence", "all") and set(zh_cv["recall_by_scope"]) == {"evidence", "all"}
     assert zh_cv["spam_recall"] == max(zh_cv["recall_by_scope"].values())
-    assert 0 < zh_cv["veto_threshold"] <= zh_cv["threshold"] and zh_cv["veto_spam_lost"] <= 0.005
+    assert 0 < zh_cv["veto_threshold"] <= zh_cv["threshold"] and zh_cv["veto_spam_lost"] <= 0.01
 
 
 def test_the_classifier_never_judges_a_long_page_and_judges_text_without_evidence_only_in_scope_all(tmp_path):
@@ -193,19 +193,26 @@ def test_the_scope_is_the_one_that_removes_more_spam_out_of_fold():
     assert choose_scope(labels, scores, [True] * 220, 0.01, 5).scope == "evidence"
 
 
-def test_the_veto_threshold_is_the_highest_that_overrules_no_more_spam_than_allowed():
+def test_the_veto_threshold_keeps_the_ham_it_may_and_gives_up_no_spam_for_nothing():
     labels = [False] * 100 + [True] * 400
     scores = [i / 100 for i in range(100)] + [0.05, 0.1, 0.2, 0.3] + [0.95] * 396
     rejected = [i % 10 == 0 for i in range(100)] + [True] * 400  # the lists reject 10 ham and every spam
     cv = CrossValidation(threshold=0.9, spam_recall=0.99, ham_rate=0.01, spam=400, ham=100, folds=5)
-    choose_veto(cv, labels, scores, rejected, max_spam_loss=0.005)  # 2 of 400 spam may be overruled
-    assert cv.veto_threshold == 0.2  # overrules below it: the spam at 0.05 and 0.1, and the ham at 0 .. 0.1
+    choose_veto(cv, labels, scores, rejected, max_spam_loss=0.005)  # 2 of 400 spam may be overruled: bound 0.2
+    assert cv.veto_threshold == 0.15  # midway between the ham it keeps (0, 0.1) and the next spam (0.2)
     assert (cv.veto_spam_lost, cv.veto_ham_kept) == (2 / 400, 2 / 100)
     choose_veto(cv, labels, scores, rejected, max_spam_loss=0.0)
-    assert cv.veto_threshold == 0.05 and cv.veto_spam_lost == 0 and cv.veto_ham_kept == 1 / 100
+    assert cv.veto_threshold == 0.025 and cv.veto_spam_lost == 0 and cv.veto_ham_kept == 1 / 100
     # never above the model's own threshold: what scores above it is removed whatever the lists say
     choose_veto(cv, labels, scores, rejected, max_spam_loss=0.5)
-    assert cv.veto_threshold == 0.9
+    assert cv.veto_threshold == 0.875 and cv.veto_ham_kept == 9 / 100
+    # a budget that would overrule spam up to 0.3 but keeps no ham above 0.1: the veto stops below the spam at 0.2
+    rejected = [i in (0, 10) for i in range(100)] + [True] * 400
+    choose_veto(cv, labels, scores, rejected, max_spam_loss=0.0075)  # 3 of 400: bound 0.3
+    assert cv.veto_threshold == 0.15 and cv.veto_spam_lost == 2 / 400
+    # no ham the lists reject under the bound: nothing to keep, no veto
+    choose_veto(cv, labels, scores, [False] * 100 + [True] * 400, max_spam_loss=0.005)
+    assert (cv.veto_threshold, cv.veto_spam_lost, cv.veto_ham_kept) == (0.0, 0.0, 0.0)
 
 
 def test_the_classifier_overrules_the_lists_on_a_message_like_its_ham_and_loses_no_spam(tmp_path):

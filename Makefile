@@ -11,7 +11,8 @@ DEEPSPEED_VERSION := 0.19.8
 install: $(STAMP)
 
 # torch first, pinned to the local CPU wheel; deepspeed last, without build
-# isolation, so its build sees that torch instead of pulling another one.
+# isolation, so its build sees that torch instead of pulling another one; on a
+# machine without a GPU, DeepSpeed's CPU op compiled now, not in the first launch.
 $(STAMP): pyproject.toml Makefile
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11 or pass PYTHON=..."; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,6 +20,7 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install -q torch==$(TORCH_VERSION)
 	$(BIN)/python -m pip install -q -e '.[dev,ray,compare,warc,eval]'
 	DS_BUILD_OPS=0 $(BIN)/python -m pip install -q --no-build-isolation deepspeed==$(DEEPSPEED_VERSION)
+	$(BIN)/python infra/build_cpu_ops.py
 	$(BIN)/python -c "import torch, deepspeed, prefect, mlflow, tokenizers, pyarrow, duckdb; print('installed: torch', torch.__version__, 'deepspeed', deepspeed.__version__, 'prefect', prefect.__version__, 'mlflow', mlflow.__version__)"
 	touch $(STAMP)
 

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from tasks.common.ports import free_port
-from tests.conftest import ROOT
+from tests.conftest import ROOT, prefect_home
 
 
 def run_flow(stage: str, data: dict, tmp: Path, api_url: str | None = None) -> dict:
@@ -77,10 +77,10 @@ def running_server(home: Path) -> Iterator[str]:
 
 
 @pytest.fixture
-def prefect_server(monkeypatch, tmp_path_factory):
+def prefect_server(monkeypatch, tmp_path_factory, migrated_prefect_db):
     """A Prefect server of its own (its database in a new PREFECT_HOME) that outlives the CLI run (`pretrain` uses
     PREFECT_API_URL when set), to read back after it."""
-    home = tmp_path_factory.mktemp("prefect-home")
+    home = prefect_home(tmp_path_factory.mktemp("prefect-home"), migrated_prefect_db)
     monkeypatch.setenv("PREFECT_HOME", str(home))
     with running_server(home) as url:
         monkeypatch.setenv("PREFECT_API_URL", url)
@@ -88,11 +88,12 @@ def prefect_server(monkeypatch, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def shared_prefect(tmp_path_factory):
+def shared_prefect(tmp_path_factory, migrated_prefect_db):
     """One Prefect server for the flow tests that only need a server to run on, as a team's long-running one: a
-    temporary server of each run's own costs 15 s here to start. (That path runs in tests/pretrain/test_cli.py,
+    temporary server of each run's own costs 5-15 s here to start. (That path runs in tests/pretrain/test_cli.py,
     test_secrets.py and test_lease.py.)"""
-    with running_server(tmp_path_factory.mktemp("shared-prefect-home")) as url:
+    home = prefect_home(tmp_path_factory.mktemp("shared-prefect-home"), migrated_prefect_db)
+    with running_server(home) as url:
         yield url
 
 

@@ -7,7 +7,7 @@ import psutil
 import pytest
 
 from model.protocol import read_jsonl
-from tests.conftest import tiny_dict
+from tests.conftest import prefect_home, tiny_dict
 from tests.flows.conftest import run_flow
 from tests.tasks.train.test_launch import fake_ssh
 
@@ -36,7 +36,7 @@ class CommandLines(threading.Thread):
                 self.seen.add(" ".join(p.info["cmdline"] or []))
 
 
-def test_planted_secrets_are_nowhere_in_what_a_run_leaves(prepared_run, tmp_path, monkeypatch):
+def test_planted_secrets_are_nowhere_in_what_a_run_leaves(prepared_run, tmp_path, monkeypatch, migrated_prefect_db):
     _, prepared = prepared_run
     root = tmp_path / "run"
     for stage in ("clean", "tokenizer", "tokens"):
@@ -48,7 +48,7 @@ def test_planted_secrets_are_nowhere_in_what_a_run_leaves(prepared_run, tmp_path
         "hosts": [{"name": "localhost", "slots": 2}], "launch": "per_node", "node_command": [ssh, "{host}"],
         "master_addr": "127.0.0.1"})
     monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", MLFLOW_PASSWORD)
-    monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "prefect-home"))  # the temporary server's database
+    monkeypatch.setenv("PREFECT_HOME", str(prefect_home(tmp_path / "prefect-home", migrated_prefect_db)))
     sampler = CommandLines()
     sampler.start()
     try:

@@ -6,7 +6,7 @@ import sys
 import pytest
 import yaml
 
-from tests.conftest import ROOT, tiny_dict
+from tests.conftest import ROOT, prefect_home, tiny_dict
 
 
 def run_cli(*args, cwd=ROOT):
@@ -109,7 +109,7 @@ def is_prefect_server(p) -> bool:
 
 
 @pytest.mark.slow
-def test_clean_stage_alone_with_one_server_and_nothing_left_running(tmp_path):
+def test_clean_stage_alone_with_one_server_and_nothing_left_running(tmp_path, migrated_prefect_db):
     import time
 
     import psutil
@@ -117,9 +117,10 @@ def test_clean_stage_alone_with_one_server_and_nothing_left_running(tmp_path):
     full = tiny_dict(tmp_path / "run")
     data = {key: full[key] for key in ("name", "run_root", "clean")}  # what the clean stage reads, nothing else
     data["clean"]["executor"] = {"kind": "process", "workers": 2}
+    home = prefect_home(tmp_path / "prefect-home", migrated_prefect_db)
     proc = subprocess.Popen([sys.executable, "-m", "pretrain.cli", "clean", "--config", write(tmp_path, data)],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home")})
+                            env={**os.environ, "PREFECT_HOME": str(home)})
     servers, seen = set(), set()
     while proc.poll() is None:
         for p in descendants(proc.pid):
@@ -136,7 +137,7 @@ def test_clean_stage_alone_with_one_server_and_nothing_left_running(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_killed_cli_leaves_no_pool_worker_or_server_behind(tmp_path):
+def test_a_killed_cli_leaves_no_pool_worker_or_server_behind(tmp_path, migrated_prefect_db):
     import signal
     import time
 
@@ -151,9 +152,10 @@ def test_a_killed_cli_leaves_no_pool_worker_or_server_behind(tmp_path):
                                  "columns": ["label", "text"], "name": "zh"}]
     data["clean"]["shard_max_mb"] = 0.5  # many shards: the workers are busy when the CLI dies
     data["clean"]["executor"] = {"kind": "process", "workers": 2}
+    home = prefect_home(tmp_path / "prefect-home", migrated_prefect_db)
     proc = subprocess.Popen([sys.executable, "-m", "pretrain.cli", "clean", "--config", write(tmp_path, data)],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home")})
+                            env={**os.environ, "PREFECT_HOME": str(home)})
     deadline = time.time() + 300
     while len([p for p in descendants(proc.pid) if not is_prefect_server(p)]) < 2:  # the pool's workers are up
         assert proc.poll() is None and time.time() < deadline

@@ -63,8 +63,8 @@ def test_the_cli_refuses_a_stage_another_run_is_running_on_the_run_root(tmp_path
     data = tiny_dict(tmp_path / "run")
     config = tmp_path / "c.yaml"
     config.write_text(yaml.safe_dump(data))
+    home = prefect_home(tmp_path / "prefect-home", migrated_prefect_db)
     with lease(tmp_path / "run", "clean"):  # the other run
-        home = prefect_home(tmp_path / "prefect-home", migrated_prefect_db)
         proc = subprocess.run([sys.executable, "-m", "pretrain.cli", "clean", "--config", str(config)], cwd=ROOT,
                               capture_output=True, text=True, timeout=600,
                               env={**os.environ, "PREFECT_HOME": str(home)})

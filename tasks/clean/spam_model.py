@@ -218,8 +218,8 @@ def choose_veto(cv: CrossValidation, labels: list[bool], scores: list[float | No
                 max_spam_loss: float) -> None:
     """The veto threshold, from the out-of-fold scores of the examples the lists reject. Its bound: the highest (at
     most the model's own threshold) below which at most max_spam_loss of the spam examples score. Under the bound it
-    sits midway between the highest ham example it keeps and the next spam score: a veto between those two keeps no
-    more ham and gives up spam. No ham under the bound: no veto (0)."""
+    sits midway between the highest ham example it keeps and the next spam score above that: higher keeps no more
+    ham and, past that spam, gives it up; midway leaves a margin either side. No ham under the bound: no veto (0)."""
     listed = [(s, y) for s, y, r in zip(scores, labels, rejected) if r and s is not None]
     listed_spam = sorted(s for s, y in listed if y)
     allowed = int(max_spam_loss * cv.spam)

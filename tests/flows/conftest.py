@@ -6,15 +6,13 @@ import os
 import secrets
 import subprocess
 import sys
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 import yaml
 
 from tasks.common.ports import free_port
-from tests.conftest import ROOT, prefect_home
+from tests.conftest import ROOT, prefect_home, running_server
 
 
 def run_flow(stage: str, data: dict, tmp: Path, api_url: str | None = None) -> dict:
@@ -59,21 +57,6 @@ def ray_cluster(tmp_path_factory):
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-
-
-@contextmanager
-def running_server(home: Path) -> Iterator[str]:
-    """A Prefect server with its database in `home` (as PREFECT_HOME while it starts), until the block ends."""
-    from pretrain.local_server import start_server, stop_server
-
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("PREFECT_HOME", str(home))
-        proc, url, log = start_server()
-    try:
-        yield url
-    finally:
-        stop_server(proc)
-        log.unlink(missing_ok=True)
 
 
 @pytest.fixture

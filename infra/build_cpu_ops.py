@@ -19,20 +19,18 @@ def main() -> int:
         print("build_cpu_ops: a GPU machine; DeepSpeed's CPU shared-memory op is not needed")
         return 0
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
-    import deepspeed.ops
-    from deepspeed.accelerator import get_accelerator
+    from deepspeed.comm.torch import build_shm_op  # what each CPU rank calls when its communication starts
 
-    builder = get_accelerator().create_op_builder("ShareMemCommBuilder")
-    if builder is None or not deepspeed.ops.__compatible_ops__.get(builder.NAME, False):
-        print("build_cpu_ops: DeepSpeed does not build its shared-memory op here; CPU ranks run without it")
-        return 0
     start = time.perf_counter()
     try:
-        builder.load()
+        op = build_shm_op()
     except Exception as err:  # the ranks would fail on the same compile at their start
         print(f"error: DeepSpeed's CPU shared-memory op did not compile ({err}); CPU ranks need a C++ compiler "
               "(apt-get install g++) and ninja (pip install ninja)", file=sys.stderr)
         return 1
+    if op is None:
+        print("build_cpu_ops: DeepSpeed does not build its shared-memory op here; CPU ranks run without it")
+        return 0
     print(f"build_cpu_ops: DeepSpeed's CPU shared-memory op ready ({time.perf_counter() - start:.0f} s)")
     return 0
 

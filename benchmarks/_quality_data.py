@@ -242,5 +242,6 @@ def wilson(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
 
 
 def rate(hits: int, n: int) -> str:
+    """'count  share% [95% interval]': the count, since a share of a small genre hides how few documents it is."""
     low, high = wilson(hits, n)
-    return f"{100 * hits / max(n, 1):5.1f}% [{low:4.1f}-{high:4.1f}]"
+    return f"{hits:>5} {100 * hits / max(n, 1):5.1f}% [{low:4.1f}-{high:4.1f}]"

@@ -96,8 +96,8 @@ def variants(corpora: Path, tune: dict, ham: list[str], scope: str = "auto") -> 
 
 
 def labeled_table(sets: dict, rules: dict[str, DirtyRule], scored: str) -> None:
-    header = (f"{'set':<24}{'scored':>9}{'copies removed':>16}  {'lists':<22}{'spam':>6}{'spam removed [95% CI]':>24}"
-              f"{'ham':>6}{'ham removed [95% CI]':>23}  target")
+    header = (f"{'set':<24}{'scored':>9}{'copies removed':>16}  {'lists':<22}{'spam':>6}{'spam removed [95% CI]':>30}"
+              f"{'ham':>6}{'ham removed [95% CI]':>29}  target")
     print(header)
     print("-" * len(header))
     for name, (tune, held) in sets.items():
@@ -108,12 +108,12 @@ def labeled_table(sets: dict, rules: dict[str, DirtyRule], scored: str) -> None:
         for label, rule in rules.items():
             s, h = sum(removed(rule, t) for t in spam), sum(removed(rule, t) for t in ham)
             ok = "met" if 100 * s / max(len(spam), 1) >= SPAM_TARGET and 100 * h / max(len(ham), 1) <= HAM_TARGET else "missed"
-            print(f"{name:<24}{len(rows):>9}{copies:>16}  {label:<22}{len(spam):>6}{rate(s, len(spam)):>24}"
-                  f"{len(ham):>6}{rate(h, len(ham)):>23}  {ok}")
+            print(f"{name:<24}{len(rows):>9}{copies:>16}  {label:<22}{len(spam):>6}{rate(s, len(spam)):>30}"
+                  f"{len(ham):>6}{rate(h, len(ham)):>29}  {ok}")
 
 
 def collateral_table(corpora: dict, rules: dict[str, DirtyRule], scored: str, show_removed: int) -> None:
-    header = f"{'clean corpus / genre':<60}{'lists':<24}{'docs':>7}{'removed [95% CI]':>22}  target"
+    header = f"{'clean corpus / genre':<60}{'lists':<24}{'docs':>7}{'removed [95% CI]':>28}  target"
     print(header)
     print("-" * len(header))
     for name, rows in corpora.items():
@@ -125,7 +125,7 @@ def collateral_table(corpora: dict, rules: dict[str, DirtyRule], scored: str, sh
             total = [h for g in hits.values() for h in g]
             ok = "met" if 100 * sum(total) / len(total) <= CORPUS_TARGET else "missed"
             print(f"{name + f' ({held.exact_copies} + {held.near_copies} near copies out)':<60}{label:<24}"
-                  f"{len(total):>7}{rate(sum(total), len(total)):>22}  {ok}")
+                  f"{len(total):>7}{rate(sum(total), len(total)):>28}  {ok}")
             if len(hits) > 1:
                 genre_rows(hits, label)
             if show_removed:
@@ -140,7 +140,7 @@ def genre_rows(hits: dict[str, list[bool]], label: str) -> None:
     shown = hits if len(hits) <= MANY_GENRES else over
     for genre, g in sorted(shown.items()):
         ok = "missed" if genre in over else "met"
-        print(f"{'    ' + genre:<60}{label:<24}{len(g):>7}{rate(sum(g), len(g)):>22}  {ok}")
+        print(f"{'    ' + genre:<60}{label:<24}{len(g):>7}{rate(sum(g), len(g)):>28}  {ok}")
     if len(hits) > MANY_GENRES:
         sizes = sorted(len(g) for g in hits.values())
         # one document of a 9-document genre is 11%: say which misses the genre's size cannot explain

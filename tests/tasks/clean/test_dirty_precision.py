@@ -215,26 +215,27 @@ def test_the_veto_threshold_keeps_the_ham_it_may_and_gives_up_no_spam_for_nothin
     assert (cv.veto_threshold, cv.veto_spam_lost, cv.veto_ham_kept) == (0.0, 0.0, 0.0)
 
 
-def test_the_classifier_overrules_the_lists_on_a_message_like_its_ham_and_loses_no_spam(tmp_path):
-    """A held-out ham SMS (a shop's lucky draw told to a friend, 大奖 and 免费 in a row) that the lists reject is kept;
-    every held-out spam the rule removed without the veto it still removes."""
-    examples, zh = sms_examples(tmp_path)
-    settings = {"classifier_examples": [str(examples)]}
-    vetoing = DirtyRule(DirtySettings(**settings))
-    listening = DirtyRule(DirtySettings(**settings, classifier_veto_max_spam_loss=None))
-    cv = vetoing.classifiers["zh"].cv
+def test_the_classifier_overrules_the_lists_on_text_like_its_ham_and_loses_no_spam(tmp_path):
+    """Ham examples from the genre a user trains on (1,500 tune rows of the hotel reviews, beside the SMS): a held-out
+    review whose hotel's reply says 欢迎您再次光临惠顾 (惠顾 weighs 2) is rejected by the lists and kept by the veto;
+    no held-out spam SMS is."""
+    _, zh = sms_examples(tmp_path)
+    with open(need_shared(CORPORA / "zh" / "ChnSentiCorp_htl_all.csv"), encoding="utf-8") as f:
+        reviews = [r["review"] for r in csv.DictReader(f)]
+    examples = tmp_path / "examples.tsv"
+    examples.write_text("".join(f"{int(s)}\t{' '.join(t.split())}\n" for s, t in zh[0::2])
+                        + "".join(f"0\t{' '.join(t.split())}\n" for t in reviews[0::2][:1500]), encoding="utf-8")
+    rule = DirtyRule(DirtySettings(classifier_examples=[str(examples)]))
+    cv = rule.classifiers["zh"].cv
     assert 0 < cv.veto_threshold <= cv.threshold and cv.veto_spam_lost == 0  # 59 spam examples: none may be lost
-    assert listening.classifiers["zh"].cv.veto_threshold == 0
-    held = zh[1::2]
-    with_veto = [judge(vetoing, t) for _, t in held]
-    without = [judge(listening, t) for _, t in held]
-    overruled = [(s, t) for (s, t), o in zip(held, with_veto) if "dirty.overruled" in o.scores]
-    assert overruled and not any(s for s, _ in overruled)
-    assert any("大奖" in t for _, t in overruled)
-    assert all(o.failure is None and w.failure.reason == "dirty_content"
-               for (_, t), o, w in zip(held, with_veto, without) if "dirty.overruled" in o.scores)
-    spam = [i for i, (s, _) in enumerate(held) if s]
-    assert [with_veto[i].failure is not None for i in spam] == [without[i].failure is not None for i in spam]
+    held = [(False, t) for t in reviews[1::2] if rule.hits(t)] + zh[1::2]  # a review without a hit is no question
+    overruled = [(s, t) for s, t in held if "dirty.overruled" in judge(rule, t).scores]
+    assert overruled and not any(s for s, _ in overruled)  # no held-out spam kept by the veto
+    assert any("光临惠顾" in t for _, t in overruled)
+    for _, t in overruled:
+        text = normalize_text(t)[0]
+        assert judge(rule, t).failure is None
+        assert not rule.lists_verdict(rule.hits(text), DocFeatures(text).n_chars, "zh")[-1]  # the lists reject it
 
 
 def test_channel_models_need_enough_of_both_labels():

@@ -45,6 +45,7 @@ def test_one_model_per_channel_and_held_out_quality_on_real_sms(tmp_path):
     examples.write_text("".join(f"{int(s)}\t{' '.join(t.split())}\n" for s, t in zh[0::2] + en[0::2]), encoding="utf-8")
     models = channel_models(read_examples(str(examples)))
     assert {"zh", "en"} <= set(models)  # English examples outnumber Chinese 5:1; pooled, they flag Chinese ham
+    assert all(m.cv.veto_threshold == 0 for m in models.values())  # no veto budget (null): no veto
     rule = DirtyRule(DirtySettings(classifier_examples=[str(examples)], min_score=1e9))  # the classifier alone
     for rows in (zh[1::2], en[1::2]):
         spam = [judge(rule, t) for s, t in rows if s]

@@ -124,11 +124,13 @@ def test_the_threshold_is_the_lowest_that_keeps_out_of_fold_ham_within_the_rate(
     assert cv.ham_rate == 0.01 and cv.spam_recall == 19 / 20
 
 
-def sms_examples(tmp_path):
+def sms_examples(tmp_path, ham: list[str] = ()):
+    """The tune half of the shared zh SMS as classifier examples, and any further ham; the SMS rows, both halves."""
     with open(need_shared(CORPORA / "dirty" / "zh_sms_labeled.tsv"), encoding="utf-8", errors="replace") as f:
         zh = [(r[0] == "1", r[1]) for r in csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE) if len(r) == 2]
     path = tmp_path / "examples.tsv"
-    path.write_text("".join(f"{int(s)}\t{' '.join(t.split())}\n" for s, t in zh[0::2]), encoding="utf-8")
+    rows = zh[0::2] + [(False, t) for t in ham]
+    path.write_text("".join(f"{int(s)}\t{' '.join(t.split())}\n" for s, t in rows), encoding="utf-8")
     return path, zh
 
 
@@ -219,22 +221,20 @@ def test_the_classifier_overrules_the_lists_on_text_like_its_ham_and_loses_no_sp
     """Ham examples from the genre a user trains on (1,500 tune rows of the hotel reviews, beside the SMS): a held-out
     review whose hotel's reply says 欢迎您再次光临惠顾 (惠顾 weighs 2) is rejected by the lists and kept by the veto;
     no held-out spam SMS is."""
-    _, zh = sms_examples(tmp_path)
     with open(need_shared(CORPORA / "zh" / "ChnSentiCorp_htl_all.csv"), encoding="utf-8") as f:
         reviews = [r["review"] for r in csv.DictReader(f)]
-    examples = tmp_path / "examples.tsv"
-    examples.write_text("".join(f"{int(s)}\t{' '.join(t.split())}\n" for s, t in zh[0::2])
-                        + "".join(f"0\t{' '.join(t.split())}\n" for t in reviews[0::2][:1500]), encoding="utf-8")
+    examples, zh = sms_examples(tmp_path, ham=reviews[0::2][:1500])
     rule = DirtyRule(DirtySettings(classifier_examples=[str(examples)]))
     cv = rule.classifiers["zh"].cv
     assert 0 < cv.veto_threshold <= cv.threshold and cv.veto_spam_lost == 0  # 59 spam examples: none may be lost
     held = [(False, t) for t in reviews[1::2] if rule.hits(t)] + zh[1::2]  # a review without a hit is no question
-    overruled = [(s, t) for s, t in held if "dirty.overruled" in judge(rule, t).scores]
-    assert overruled and not any(s for s, _ in overruled)  # no held-out spam kept by the veto
-    assert any("光临惠顾" in t for _, t in overruled)
-    for _, t in overruled:
+    outcomes = [(s, t, judge(rule, t)) for s, t in held]
+    overruled = [(s, t, o) for s, t, o in outcomes if "dirty.overruled" in o.scores]
+    assert overruled and not any(s for s, _, _ in overruled)  # no held-out spam kept by the veto
+    assert any("光临惠顾" in t for _, t, _ in overruled)
+    for _, t, outcome in overruled:
         text = normalize_text(t)[0]
-        assert judge(rule, t).failure is None
+        assert outcome.failure is None
         assert not rule.lists_verdict(rule.hits(text), DocFeatures(text).n_chars, "zh")[-1]  # the lists reject it
 
 

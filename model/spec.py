@@ -42,13 +42,18 @@ class TrainSpec:
     log_every: int
     eval_every: int
     save_every: int
+    save_final: bool
     seed: int
     accelerator: str
     optimizer: str
     activation_checkpointing: bool
+    compile: bool
+    compile_backend: str
+    sdpa_backend: str
     timeout_minutes: float
     hang_timeout_s: float | None
     slow_phase_timeout_s: float
+    first_step_timeout_s: float
     straggler_ratio: float
     straggler_reports: int
     keep_last: int

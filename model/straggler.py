@@ -5,8 +5,11 @@ slowest one's, so wall time names no one. What differs is the part of the step
 no rank waits for another in: reading its batch and its forward passes
 (the backward and optimizer step hold the gradient collectives, where the fast
 ranks wait). With ZeRO-3 the forward gathers parameters, so waits leak in.
-On a GPU the forward is timed with CUDA events, read only when the figures go
-to the host anyway (model/steps.py), so timing adds no sync.
+On a GPU the forward is timed with CUDA events, read only on steps whose
+figures go to the host anyway (model/steps.py). Reading them waits for the
+last forward to end, just before the step's agreement is queued: a host wait
+on those steps, not a GPU bubble (the backward and optimizer step are queued
+by then), and none on the others.
 """
 from __future__ import annotations
 
@@ -34,7 +37,7 @@ class LocalTime:
             if isinstance(start, float):
                 total += end - start
             else:
-                end.synchronize()  # done long ago: the forward ran before this step's backward
+                end.synchronize()  # the host waits for the forward's end; the GPU has the backward queued
                 total += start.elapsed_time(end) / 1000
         return total
 

@@ -171,7 +171,7 @@ class Loop:
         return bool(self.t.eval_every) and step % self.t.eval_every == 0
 
     def save_due(self, step: int) -> bool:
-        return step == self.t.steps or step % self.t.save_every == 0
+        return (step == self.t.steps and self.t.save_final) or step % self.t.save_every == 0
 
     def figures_due(self, step: int) -> bool:
         """The pending figures must reach the host: to be logged, or before an eval or a checkpoint."""
@@ -350,38 +350,57 @@ def train(spec: Spec) -> int:
     deepspeed.init_distributed(dist_backend="gloo" if t.accelerator == "cpu" else "nccl",
                                timeout=datetime.timedelta(minutes=t.timeout_minutes))
     comm = Comm.current()
-    torch.manual_seed(t.seed + comm.rank)
-    # held-out samples set aside even without eval_every
-    dataset = training_dataset(tokens_dir_for(spec, comm), spec.data)
+    # watched from here: loading data, building the model, resuming and compiling count against the first step
+    watch = HangWatch(spec.out_dir, comm.rank, comm.world, t.hang_timeout_s, t.slow_phase_timeout_s,
+                      first_step_timeout_s=t.first_step_timeout_s)
+    batches = None
+    try:
+        torch.manual_seed(t.seed + comm.rank)
+        # held-out samples set aside even without eval_every
+        dataset = training_dataset(tokens_dir_for(spec, comm), spec.data)
+        model = build_model(spec, comm)
+        ds_config, optimizer = with_optimizer(spec.deepspeed, t.optimizer, t.accelerator)
+        engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config)
+        tracker = Rank0Tracker(spec.out_dir, METRICS_FILE, EVENTS_FILE) if comm.rank == 0 else NullTracker()
+        start_step, state = resume(engine, spec, comm)
+        sampler = training_sampler(dataset, spec.data, state)
+        on_gpu = comm.device.type == "cuda"
+        batches = BatchPrefetcher(dataset, sampler, comm.rank, comm.world, t.micro_batch_size, t.grad_accum,
+                                  pin_memory=on_gpu, read_ahead=on_gpu)
+        mirror_url = os.environ.get(MIRROR_URL_ENV) or t.mirror_url  # the spec's copy has no password
+        mirror = Mirror(mirror_url, tracker.event) if mirror_url and comm.rank == 0 else None
+        detector = AnomalyDetector(spec.anomaly) if spec.anomaly else None
+        loop = Loop(spec, dataset, batches, tracker, Guard(tracker.event), mirror, detector, comm, start_step,
+                    state, flops_per_token(spec.model, spec.data.seq_len),
+                    peak_tflops(device_name(), t.peak_tflops_per_gpu), watch=watch)
+        try:
+            if spec.overrides.profile_steps:
+                return profile_run(engine, loop)
+            loop.stragglers = StragglerWatch(t.straggler_ratio, t.straggler_reports)
+            announce(loop, model, sampler, optimizer)
+            return run_steps(engine, loop, model, StopFlag())
+        except BaseException:
+            loop.guard.run("flush", tracker.flush)  # the steps trained before a crash still reach MLflow
+            raise
+    finally:
+        watch.close()
+        if batches is not None:
+            batches.close()
+
+
+def build_model(spec: Spec, comm: Comm) -> torch.nn.Module:
+    """The model on its device, its attention kernel chosen and its blocks compiled as the spec says."""
+    t = spec.train
+    if t.sdpa_backend != "auto":  # only that kernel: a shape it cannot run fails instead of falling back
+        for name in ("flash", "mem_efficient", "math"):
+            getattr(torch.backends.cuda, f"enable_{name}_sdp")(name == {"efficient": "mem_efficient"}.get(
+                t.sdpa_backend, t.sdpa_backend))
     with torch.device(comm.device):  # initialized where it trains: seconds for 500M parameters on a GPU, not tens
         model = Transformer(spec.model, activation_checkpointing=t.activation_checkpointing)
-    ds_config, optimizer = with_optimizer(spec.deepspeed, t.optimizer, t.accelerator)
-    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config)
-    tracker = Rank0Tracker(spec.out_dir, METRICS_FILE, EVENTS_FILE) if comm.rank == 0 else NullTracker()
-    start_step, state = resume(engine, spec, comm)
-    sampler = training_sampler(dataset, spec.data, state)
-    on_gpu = comm.device.type == "cuda"
-    batches = BatchPrefetcher(dataset, sampler, comm.rank, comm.world, t.micro_batch_size, t.grad_accum,
-                              pin_memory=on_gpu, read_ahead=on_gpu)
-    mirror_url = os.environ.get(MIRROR_URL_ENV) or t.mirror_url  # the spec's copy has no password
-    mirror = Mirror(mirror_url, tracker.event) if mirror_url and comm.rank == 0 else None
-    detector = AnomalyDetector(spec.anomaly) if spec.anomaly else None
-    loop = Loop(spec, dataset, batches, tracker, Guard(tracker.event), mirror, detector, comm, start_step,
-                state, flops_per_token(spec.model, spec.data.seq_len), peak_tflops(device_name(), t.peak_tflops_per_gpu))
-    try:
-        if spec.overrides.profile_steps:
-            return profile_run(engine, loop)
-        loop.watch = HangWatch(spec.out_dir, comm.rank, comm.world, t.hang_timeout_s, t.slow_phase_timeout_s)
-        loop.stragglers = StragglerWatch(t.straggler_ratio, t.straggler_reports)
-        announce(loop, model, sampler, optimizer)
-        return run_steps(engine, loop, model, StopFlag())
-    except BaseException:
-        loop.guard.run("flush", tracker.flush)  # the steps trained before a crash still reach MLflow
-        raise
-    finally:
-        if loop.watch:
-            loop.watch.close()
-        batches.close()
+    if t.compile:  # in place, block by block: the state dict keeps its names, so checkpoints and export are unchanged
+        for layer in model.layers:
+            layer.compile(backend=t.compile_backend)
+    return model
 
 
 def finish(loop: Loop) -> None:

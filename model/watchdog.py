@@ -21,8 +21,11 @@ others wait in the next collective), so every rank writes stacks; the train
 stage tells the hung one from the waiting ones (tasks/train/hang.py).
 
 The timeout is train.hang_timeout_s, or by default max(60 s, 10 x the median
-step time so far). The first step is not watched (start-up work, kernel
-compilation); saving and eval get train.slow_phase_timeout_s.
+step time so far). From the process group's start to the end of the first
+step (loading data, building the model, resuming, kernel compilation) it is
+train.first_step_timeout_s: a rendezvous or a first collective that never
+returns is caught too, not only a stall mid-run; saving and eval get
+train.slow_phase_timeout_s.
 """
 from __future__ import annotations
 
@@ -54,7 +57,7 @@ def heartbeat_path(train_dir: Path, rank: int) -> Path:
 
 class HangWatch:
     def __init__(self, train_dir: Path, rank: int, world: int, timeout_s: float | None, slow_phase_timeout_s: float,
-                 every_s: float = 2.0, exit_grace_s: float = 5.0):
+                 every_s: float = 2.0, exit_grace_s: float = 5.0, first_step_timeout_s: float | None = None):
         self.train_dir, self.rank, self.world = Path(train_dir), rank, world
         self.fixed_timeout, self.slow_timeout = timeout_s, slow_phase_timeout_s
         self.every_s, self.exit_grace_s = every_s, exit_grace_s
@@ -64,6 +67,8 @@ class HangWatch:
         for folder in (HANG_DIR, HEARTBEAT_DIR):
             (self.train_dir / folder).mkdir(parents=True, exist_ok=True)
         self.stacks = open(stack_path(train_dir, rank), "w", encoding="utf-8")  # noqa: SIM115 - faulthandler's fd
+        if first_step_timeout_s:
+            self._arm(first_step_timeout_s)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="hang-watch", daemon=True)
         self._thread.start()
@@ -115,7 +120,8 @@ class HangWatch:
                 self._end(record)
 
     def _end(self, record: dict) -> None:
-        print(f"error: rank {self.rank} made no progress for {record['timeout_s']:.0f} s after step {self.step} "
+        where = f"after step {self.step}" if self.step is not None else "before its first step"
+        print(f"error: rank {self.rank} made no progress for {record['timeout_s']:.0f} s {where} "
               f"(phase {self.phase}); its stacks are in {stack_path(self.train_dir, self.rank)}", file=sys.stderr,
               flush=True)
         time.sleep(self.exit_grace_s)  # the other ranks write their stacks too before anyone leaves

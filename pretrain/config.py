@@ -26,6 +26,11 @@ SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
 NO_EFFECT = {"changes_result": False}
 
 
+def embedding_rows(n_tokens: int, multiple: int) -> int:
+    """The model's embedding rows for a vocabulary of n_tokens (learned + reserved), rounded up to `multiple`."""
+    return -(-n_tokens // multiple) * multiple
+
+
 def changes_result(field_info) -> bool:
     """Whether a config field (a pydantic FieldInfo) counts for its stage's version: all but those marked NO_EFFECT."""
     extra = field_info.json_schema_extra
@@ -365,6 +370,9 @@ class PreflightConfig(Strict):
     comm_profile_steps: int = Field(3, ge=0, description="profile this many training steps on the configured ranks "
                                     "and report the communication share (0: skip)")
     ignore_failures: bool = Field(False, description="train even when a check fails (recorded in the report)")
+    report_only: list[str] = Field(default_factory=list, description="checks measured and reported but never "
+                                   "failing the gate (a fail is reported as a warning), e.g. [shared_storage] on a "
+                                   "VM's local disk that is not the cluster's storage")
 
 
 class ModelConfig(Strict):
@@ -478,6 +486,16 @@ class TrainConfig(Strict):
     zero_stage: Literal[0, 1, 2, 3] = 1
     precision: Literal["fp32", "bf16"] = "bf16"
     activation_checkpointing: bool = False
+    compile: bool = Field(False, description="torch.compile each transformer block (in place: checkpoints and the "
+                          "HF export are unchanged); the first steps pay for the compilation", json_schema_extra=NO_EFFECT)
+    compile_backend: Literal["inductor", "aot_eager", "eager"] = Field(
+        "inductor", description="train.compile's torch.compile backend: inductor generates fused kernels; aot_eager "
+        "and eager only capture the graphs (graph breaks and errors show without the compile time)",
+        json_schema_extra=NO_EFFECT)
+    sdpa_backend: Literal["auto", "flash", "efficient", "math"] = Field(
+        "auto", description="attention kernel on GPUs: auto = PyTorch's choice (flash for bf16 on Ampere and "
+        "newer); flash / efficient / math = only that one, so a shape it cannot run is an error instead of a "
+        "silent fallback", json_schema_extra=NO_EFFECT)
     optimizer: Literal["auto", "torch_fused", "deepspeed_fused"] = Field(
         "auto", description="AdamW on GPUs: torch_fused = torch's fused CUDA AdamW (no compiler needed); "
         "deepspeed_fused = DeepSpeed's FusedAdam (compiled with nvcc on first use unless DeepSpeed was installed "
@@ -504,6 +522,8 @@ class TrainConfig(Strict):
                                     "master host, chosen at the run's first launch and kept in <run_root>/train/master_port "
                                     "for every relaunch", json_schema_extra=NO_EFFECT)
     save_every: int = Field(100, gt=0, description="checkpoint every N steps (and at the end)")
+    save_final: bool = Field(True, description="save a checkpoint at the last step; off only for throughput "
+                             "runs whose model is thrown away (a 500M checkpoint is about 7.6 GB)")
     stop_grace_s: float = Field(300.0, gt=0, description="on SIGTERM (a Prefect cancel), how long the ranks get to "
                                 "save a checkpoint and stop before they are killed", json_schema_extra=NO_EFFECT)
     log_every: int = Field(1, gt=0, json_schema_extra=NO_EFFECT)
@@ -519,6 +539,9 @@ class TrainConfig(Strict):
                                          "the median step time)", json_schema_extra=NO_EFFECT)
     slow_phase_timeout_s: float = Field(1800.0, gt=0, description="the hang timeout while saving a checkpoint or "
                                         "running eval", json_schema_extra=NO_EFFECT)
+    first_step_timeout_s: float = Field(1800.0, gt=0, description="the hang timeout from the process group's start "
+                                        "to the end of the first step (loading data, building the model, resuming "
+                                        "a checkpoint, compiling kernels)", json_schema_extra=NO_EFFECT)
     straggler_ratio: float = Field(1.5, gt=1, description="a rank whose own time per step (reading data, forward) "
                                    "is above this multiple of the median rank's ...", json_schema_extra=NO_EFFECT)
     straggler_reports: int = Field(20, ge=1, description="... for this many logged steps in a row is named in a "

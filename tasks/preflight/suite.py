@@ -6,7 +6,7 @@ from typing import Callable
 
 from pretrain.config import PipelineConfig
 from tasks.common.outputs import read_json
-from tasks.preflight.checks import gate, run_checks
+from tasks.preflight.checks import gate, reported_only, run_checks
 from tasks.preflight.comm import check_comm_share
 from tasks.preflight.nodes import run_node_checks
 from tasks.train.launch import cluster_hosts
@@ -18,7 +18,7 @@ def run_preflight(cfg: PipelineConfig, run_root: Path, log_line: Callable[[str],
     checks = run_checks(cfg.preflight, run_root, nodes=max(1, len(nodes["hosts"]))) + node_checks
     if cfg.preflight.comm_profile_steps:
         checks.append(check_comm_share(cfg, run_root, log_line))
-    return {**gate(checks, cfg.preflight.ignore_failures), "nodes": nodes}
+    return {**gate(reported_only(checks, cfg.preflight.report_only), cfg.preflight.ignore_failures), "nodes": nodes}
 
 
 def without_dropped_nodes(cfg: PipelineConfig) -> PipelineConfig:

@@ -13,7 +13,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-from pretrain.config import TokenizerConfig
+from pretrain.config import TokenizerConfig, embedding_rows
 from tasks.common.outputs import require_complete, staged_output, write_json
 from tasks.tokenizer.prune import prune_tokenizer, verify
 from tasks.tokenizer.report import (DIGIT_PROBE, cjk_coverage, digits_split, reference_compression, report_markdown,
@@ -145,10 +145,6 @@ def channel_report(tok: Tokenizer, held: dict[str, list[str]]) -> dict:
             "roundtrip_failures": failures,
         }
     return report
-
-
-def embedding_rows(n_tokens: int, multiple: int) -> int:
-    return -(-n_tokens // multiple) * multiple
 
 
 def hf_tokenizer_config(max_len: int | None) -> dict:

@@ -19,7 +19,7 @@ def test_presets_have_the_advertised_size(preset):
     from pretrain.config import load_config
     from tests.conftest import ROOT
 
-    from tasks.tokenizer.train import embedding_rows
+    from pretrain.config import embedding_rows
 
     cfg = load_config(ROOT / "configs" / f"{preset}.yaml")
     m, t = cfg.model, cfg.tokenizer

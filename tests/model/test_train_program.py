@@ -83,3 +83,23 @@ def test_a_sigterm_that_comes_with_the_launchers_exit_stays_the_cause():
         assert flag.requested and flag.reason == "SIGTERM" and flag.cause() == "SIGTERM"
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_compiled_blocks_keep_the_state_dict_and_the_logits(tiny_cfg):
+    from model.comm import Comm
+    from model.spec import Spec
+    from model.train import build_model
+    from tasks.train.spec import data_spec, deepspeed_config
+    from model.spec import Overrides
+
+    def built(**train):
+        spec = Spec(ARGS, replace(train_spec(tiny_cfg.train), **train), data_spec(tiny_cfg.train, tiny_cfg.run_root_path()),
+                    None, Overrides(), deepspeed_config(tiny_cfg.train), tiny_cfg.run_root_path(), "v")
+        torch.manual_seed(0)
+        return build_model(spec, Comm(device=torch.device("cpu"), backend="gloo", rank=0, world=1))
+
+    eager, compiled = built(), built(compile=True, compile_backend="eager")
+    assert list(compiled.state_dict()) == list(eager.state_dict())  # checkpoints and the HF export read these names
+    tokens = torch.randint(0, 50, (2, 8))
+    assert torch.allclose(compiled(tokens), eager(tokens))
+    assert compiled.layers[0]._compiled_call_impl is not None and eager.layers[0]._compiled_call_impl is None

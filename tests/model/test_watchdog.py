@@ -63,6 +63,31 @@ def test_a_hung_rank_is_named_with_its_stack_and_every_rank_exits(tmp_path):
     assert event["event"] == "hang" and event["hung_ranks"] == [1] and "read_forever" in event["stacks"]["1"]
 
 
+FIRST_STEP = """
+import os, sys, threading
+import torch, torch.distributed as dist
+from model.watchdog import HangWatch
+
+rank = int(os.environ["RANK"])
+dist.init_process_group("gloo", rank=rank, world_size=2)
+watch = HangWatch(sys.argv[1], rank, 2, timeout_s=60.0, slow_phase_timeout_s=60, every_s=0.3, exit_grace_s=1.0,
+                  first_step_timeout_s=2.0)
+if rank == 1:
+    threading.Event().wait()  # start-up work that never ends: rank 0 waits in the first collective
+dist.all_reduce(torch.ones(1))
+watch.beat(1)
+watch.close()
+"""
+
+
+def test_a_rank_stuck_before_its_first_step_is_caught_by_the_first_step_timeout(tmp_path):
+    ranks = start_ranks(tmp_path, FIRST_STEP)
+    codes = [p.wait(timeout=60) for p in ranks]  # without it, the process group's 30-minute timeout
+    assert codes == [EXIT_HUNG, EXIT_HUNG]
+    assert "made no progress for 2 s before its first step (phase start)" in ranks[1].stderr.read()
+    assert "all_reduce" in stack_path(tmp_path, 0).read_text()
+
+
 GIL_HOG = """
 import re, sys, time
 from model.watchdog import HangWatch

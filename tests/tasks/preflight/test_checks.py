@@ -5,7 +5,8 @@ import pytest
 from pretrain.config import PreflightConfig
 from tasks.preflight.baselines import grade, load_profiles, profile
 from tasks.preflight.checks import (FAIL, NOT_AVAILABLE, PASS, WARN, Check, check_allreduce, check_disk,
-                                    check_nccl_test, check_nvbandwidth, check_storage, gate, run_checks)
+                                    check_nccl_test, check_nvbandwidth, check_storage, gate, reported_only,
+                                    run_checks)
 from tests.conftest import FIXTURES, need_shared
 
 
@@ -44,6 +45,15 @@ def test_gate_blocks_on_failure_unless_overridden():
     assert not blocked["override"]
     overridden = gate(checks, True)
     assert overridden["passed_gate"] and overridden["override"]
+
+
+def test_a_report_only_check_that_fails_warns_and_lets_the_gate_pass(tmp_path):
+    slow_disk = check_storage(tmp_path, 4, {"pass": 1e9, "warn": 1e8})  # no disk writes a PB/s: a real fail
+    assert slow_disk.status == FAIL
+    checks = reported_only([slow_disk, Check("b", FAIL, "", "")], ["shared_storage"])
+    assert checks[0].status == WARN and checks[0].detail.endswith("fail reported only (preflight.report_only)")
+    assert "MB/s write" in checks[0].measured  # the measurement is kept
+    assert gate(checks, False)["failed"] == ["b"]  # a check not named still fails
 
 
 def test_shipped_profiles_load_and_grade_both_directions(tmp_path):

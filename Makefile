@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 TORCH_VERSION     := 2.13.0
 DEEPSPEED_VERSION := 0.19.8
 
-.PHONY: install demo demo-rollback stop status test test-fast gpu-check clean-runs
+.PHONY: install demo demo-rollback stop status test test-fast gpu-check gpu-prepare gpu-sim clean-runs
 
 install: $(STAMP)
 
@@ -46,6 +46,16 @@ test-fast: install
 # on a GPU node after `make install`: the training program on the GPUs (benchmarks/gpu_check.py)
 gpu-check: install
 	$(BIN)/python benchmarks/gpu_check.py
+
+# what travels to a GPU machine without network: carried wheels in .gpu/site, prepared tokens in .gpu/prepared.
+# There, with no install: PYTHONPATH=.gpu/site python3 benchmarks/gpu_check.py --prepared .gpu/prepared --out "$$OUT"
+gpu-prepare: install
+	$(BIN)/python infra/gpu_prepare.py
+
+# that command on CPU ranks in a copy of the GPU machine's Python (image packages + carried wheels only)
+OUT ?= benchmarks/results
+gpu-sim: gpu-prepare
+	$(BIN)/python infra/gpu_sim/sim.py run --out "$(OUT)"
 
 clean-runs:
 	rm -rf runs

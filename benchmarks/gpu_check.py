@@ -1,24 +1,27 @@
-"""The GPU check: the training program on a GPU machine as a cluster runs it, in a few minutes.
+"""The GPU check: the training program on a GPU machine as a cluster runs it, in under ten minutes.
 
-    python benchmarks/gpu_check.py                       # after `make install` on a GPU node (make gpu-check)
-    python benchmarks/gpu_check.py --prepared DIR        # a run root with complete tokenizer/ and tokens/
-    python benchmarks/gpu_check.py --dry-run             # the same checks on CPU ranks, tiny sizes
+    make gpu-prepare                                       # here: carried wheels (.gpu/site) + prepared tokens
+    PYTHONPATH=.gpu/site python3 benchmarks/gpu_check.py --prepared .gpu/prepared --out "$OUT"   # on the GPU machine
+    python benchmarks/gpu_check.py                         # on your own GPU node after `make install` (make gpu-check)
+    make gpu-sim                                           # the same checks on CPU ranks, in a copy of the GPU image
 
-Every check goes through the pipeline's own code: the train stage launches
-`deepspeed` with NCCL, the ranks run model/train.py, the figures come from
-its metrics.jsonl. The data are the demo corpus's tokens (prepared here, or
-with --prepared from a run root made elsewhere); the models' embedding tables
-are sized as their configs' tokenizers give them (token ids below the demo
-vocabulary do not change the cost of a step).
+Every check goes through the pipeline's own code (the train stage's launcher and the ranks' environment,
+model/train.py, the preflight stage) and asserts what it is named for; benchmarks/_gpu_checks.py has them.
+Each runs in a process of its own under a wall-clock deadline (and --budget-s for the whole), in this order,
+what says the most first:
 
-  train_500m_bf16    500M preset, bf16, seq 2048, one GPU per rank, ~30 steps: tokens/s, TFLOP/s, MFU, peak memory
-  zero2_125m         125M preset, ZeRO-2, seq 2048, activation checkpointing off and on: step time and memory
+  preflight          nvidia-smi inventory, the NCCL all-reduce probe, nccl-tests / nvbandwidth when built
+                     (--gpu-tools DIR), the comm-share profile (training steps under NCCL), through the gate
+  train_500m_bf16    500M preset, bf16, seq 2048, 30 steps, no checkpoint: loss finite and falling, tokens/s,
+                     TFLOP/s, MFU (target >= 45% on an H200), peak memory
+  train_stage        the train stage launches, trains 4 steps, saves; a second launch resumes and finishes
+  zero2_125m         125M under ZeRO-2, activation checkpointing off and on: both train; time and memory ratios
   rollback_drill     a NaN loss injected at a data position: anomaly, rollback, skip-ahead past it, finish
-  hf_export_parity   the drill's final checkpoint exported to HF Llama; transformers' logits against ours, on the GPU
-  preflight          nvidia-smi inventory, the NCCL all-reduce probe, nccl-tests and nvbandwidth when built
-                     (--gpu-tools DIR: nccl-tests/ and nvbandwidth/ sources to build with infra/build_gpu_tools.sh)
+  hf_export_parity   the drill's checkpoint exported to HF Llama; transformers' logits against ours
+  mfu_settings       SDPA flash only, torch.compile, micro-batch 32, activation checkpointing: the fastest
 
-Writes <out>/gpu-<date>.json: device, versions, mfu_500m_bf16 and checks: {name: {ok, ...}}.
+<out>/gpu-<date>.json (device, versions, mfu_500m_bf16, checks: {name: {ok, ...}}) is rewritten after every
+check, so a run killed at its limit still returns what it measured.
 """
 from __future__ import annotations
 
@@ -27,47 +30,29 @@ import datetime
 import json
 import os
 import platform
-import shutil
-import statistics
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 import traceback
-from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import torch  # noqa: E402
-import yaml  # noqa: E402
 
-from model.protocol import read_jsonl  # noqa: E402
-from pretrain.config import ModelConfig, PreflightConfig, RecoveryConfig, TrainConfig, load_config  # noqa: E402
+from _gpu_checks import CHECKS, GPU_DEADLINE_S, SIM_DEADLINE_S, Context  # noqa: E402
 
-SKIP_STEPS = 5  # warm-up steps left out of the medians (1 in a dry run)
-MFU_TARGET = 0.45
-
-
-@dataclass
-class Context:
-    run_root: Path       # complete tokenizer/ and tokens/
-    work: Path           # where the checks train
-    dry_run: bool
-    gpu_tools: Path | None
-
-    @property
-    def accelerator(self) -> str:
-        return "cpu" if self.dry_run else "cuda"
-
-    @property
-    def ranks(self) -> int:
-        return 1 if self.dry_run else max(1, torch.cuda.device_count())
+KILL_GRACE_S = 30  # after SIGTERM: the ranks save nothing (no checkpoint is due) and leave
 
 
 def prepare(run_root: Path) -> Path:
     """clean -> tokenizer -> tokenize of the demo corpus (needs the full install: the clean stage's packages)."""
+    import yaml
+
     from pretrain.config import parse_config
     from tasks.clean.stage import run_clean
     from tasks.tokenize import run_tokenize
@@ -84,250 +69,144 @@ def prepare(run_root: Path) -> Path:
     return run_root
 
 
-def sized_tokenizer(ctx: Context, config: str) -> tuple[Path, int]:
-    """The prepared tokenizer with the embedding rows the config's tokenizer settings give (a dry run keeps its own)."""
-    from tasks.tokenizer.train import embedding_rows
-
-    if ctx.dry_run:
-        return ctx.run_root / "tokenizer", json.loads((ctx.run_root / "tokenizer" / "report.json").read_text())["embedding_rows"]
-    t = load_config(ROOT / "configs" / config).tokenizer
-    rows = embedding_rows(t.vocab_size + t.reserved_tokens, t.pad_to_multiple)
-    out = ctx.work / f"tokenizer-{rows}"
-    if not out.exists():
-        shutil.copytree(ctx.run_root / "tokenizer", out)
-        report = json.loads((out / "report.json").read_text())
-        report["embedding_rows"] = rows
-        (out / "report.json").write_text(json.dumps(report, indent=2))
-    return out, rows
-
-
-def model_and_train(ctx: Context, preset: str, **train) -> tuple[ModelConfig, TrainConfig]:
-    if ctx.dry_run:  # the same shapes of run, CPU-sized
-        preset = "debug"
-        train.update(seq_len=64, micro_batch_size=2, steps=4, warmup_steps=1)
-    base = dict(micro_batch_size=8, grad_accum=1, lr=3e-4, min_lr=3e-5, warmup_steps=5, precision="bf16",
-                accelerator=ctx.accelerator, num_gpus=ctx.ranks, log_every=1, save_every=10**6, export_hf=False,
-                eval_samples_per_channel=0, anomaly={"enabled": False}, keep_last=1)
-    model = ModelConfig(preset=preset, max_seq_len=max(2048, train.get("seq_len", 2048)))
-    return model, TrainConfig(**{**base, **train})
-
-
-def throughput(ctx: Context, name: str, config: str, model: ModelConfig, train: TrainConfig) -> dict:
-    """One training run through the train stage; medians over the steps after the warm-up."""
-    from tasks.train.run import run_train
-
-    tokenizer, rows = sized_tokenizer(ctx, config)
-    out = ctx.work / name
-    started = time.perf_counter()
-    run_train(model, train, tokenizer, ctx.run_root / "tokens", out, {}, log_line=lambda line: print(f"  {line}"))
-    metrics = [m for m in read_jsonl(out / "metrics.jsonl") if "tokens_per_s" in m][1 if ctx.dry_run else SKIP_STEPS:]
-    memory = max((m.get("gpu_mem_allocated_gb", m.get("rss_gb", 0.0)) for m in metrics), default=None)
-    result = {"steps_measured": len(metrics), "embedding_rows": rows, "seq_len": train.seq_len,
-              "micro_batch_size": train.micro_batch_size, "ranks": train.num_gpus, "zero_stage": train.zero_stage,
-              "activation_checkpointing": train.activation_checkpointing, "precision": train.precision,
-              "tokens_per_s": statistics.median(m["tokens_per_s"] for m in metrics),
-              "step_time_s": statistics.median(m["step_time_s"] for m in metrics),
-              "tflops_per_s": statistics.median(m["tflops_per_s"] for m in metrics),
-              "peak_memory_gb": memory, "wall_s": round(time.perf_counter() - started, 1)}
-    if all("mfu" in m for m in metrics):
-        result["mfu"] = statistics.median(m["mfu"] for m in metrics)
-    shutil.rmtree(out / "checkpoints", ignore_errors=True)
-    return result
-
-
-def check_500m(ctx: Context) -> dict:
-    model, train = model_and_train(ctx, "500m", seq_len=2048, micro_batch_size=16, steps=30, zero_stage=1)
-    result = throughput(ctx, "train_500m_bf16", "500m.yaml", model, train)
-    mfu = result.get("mfu")
-    return {"ok": mfu is not None or ctx.dry_run, **result, "target_mfu": MFU_TARGET,
-            "meets_target": None if mfu is None else mfu >= MFU_TARGET}
-
-
-def check_125m_zero2(ctx: Context) -> dict:
-    runs = {}
-    for label, ac in (("checkpointing_off", False), ("checkpointing_on", True)):
-        model, train = model_and_train(ctx, "125m", seq_len=2048, micro_batch_size=16, steps=20, zero_stage=2,
-                                       activation_checkpointing=ac)
-        runs[label] = throughput(ctx, f"zero2_125m_{label}", "125m.yaml", model, train)
-    off, on = runs["checkpointing_off"], runs["checkpointing_on"]
-    return {"ok": True, **runs, "time_cost_pct": round(100 * (on["step_time_s"] / off["step_time_s"] - 1), 1),
-            "memory_saved_pct": round(100 * (1 - on["peak_memory_gb"] / off["peak_memory_gb"]), 1)
-            if off["peak_memory_gb"] else None}
-
-
-def check_rollback(ctx: Context) -> dict:
-    """Monitored training with a NaN loss at a known data position: rollback, skip-ahead, finish."""
-    from model.checkpoint import read_meta
-    from tasks.train.monitored import run_monitored
-    from tasks.train.recovery import decisions
-
-    model = ModelConfig(preset="debug")
-    train = TrainConfig(seq_len=128, micro_batch_size=4, steps=12, save_every=3, lr=1e-3, min_lr=1e-4, warmup_steps=2,
-                        precision="bf16", accelerator=ctx.accelerator, num_gpus=ctx.ranks, export_hf=False,
-                        eval_samples_per_channel=0, recovery=RecoveryConfig(rollback_gap_steps=1, skip_margin_steps=1))
-    per_step = train.micro_batch_size * train.num_gpus * train.grad_accum
-    poisoned = (7 * per_step, 8 * per_step)  # step 8's samples
-    out = ctx.work / "rollback_drill"
-    os.environ["PRETRAIN_NAN_POSITIONS"] = f"{poisoned[0]}-{poisoned[1]}"
-    try:
-        result = run_monitored(model, train, ctx.run_root / "tokenizer", ctx.run_root / "tokens", out, {},
-                               log_line=lambda line: print(f"  {line}"))
-    finally:
-        os.environ.pop("PRETRAIN_NAN_POSITIONS")
-    made = decisions(out)
-    rollback = next((d for d in made if d["action"] == "rollback"), None)
-    final = read_meta(out / "checkpoints", result["latest_checkpoint"])
-    skipped = final["data_position"]["skipped"]
-    covers = any(a <= poisoned[0] and poisoned[1] <= b for a, b in skipped)
-    return {"ok": bool(result["exit_code"] == 0 and result["latest_step"] == train.steps and rollback and covers),
-            "attempts": result["attempts"], "anomaly": rollback and rollback["anomaly"]["kind"],
-            "anomaly_step": rollback and rollback["anomaly"]["step"], "rolled_back_to": rollback and rollback["checkpoint"],
-            "poisoned_positions": list(poisoned), "skipped": skipped, "final_step": result["latest_step"],
-            "recoveries": result["recoveries"], "train_dir": str(out)}
-
-
-def check_export(ctx: Context, train_dir: Path) -> dict:
-    """HF export of a trained checkpoint; transformers' Llama against our model on the same device and tokens."""
-    import transformers
-
-    from model.export_hf import load_checkpoint_state
-    from model.llama import ModelArgs, Transformer
-    from tasks.train.export import export_run_checkpoint
-
-    device = "cpu" if ctx.dry_run else "cuda"
-    exported = export_run_checkpoint(train_dir, ctx.run_root / "tokenizer", ctx.work / "hf", dtype="fp32")
-    args = ModelArgs(**json.loads((train_dir / "spec.json").read_text())["model"])
-    ours = Transformer(args)
-    ours.load_state_dict(load_checkpoint_state(train_dir / "checkpoints", exported["tag"]))
-    ours = ours.to(device).eval()
-    hf = transformers.LlamaForCausalLM.from_pretrained(exported["export_dir"], dtype=torch.float32).to(device).eval()
-    tokens = torch.randint(0, min(args.vocab_size, 8000), (2, 128), generator=torch.Generator().manual_seed(0)).to(device)
-    with torch.no_grad():
-        a, b = ours(tokens).float(), hf(tokens).logits.float()
-    rel = ((a - b).norm() / b.norm()).item()
-    same_argmax = (a.argmax(-1) == b.argmax(-1)).float().mean().item()
-    return {"ok": rel < 1e-3 and same_argmax > 0.99, "tag": exported["tag"], "device": device, "relative_error": rel,
-            "max_abs_diff": (a - b).abs().max().item(), "argmax_agreement": same_argmax,
-            "transformers": transformers.__version__}
-
-
-def build_gpu_tools(sources: Path, prefix: Path) -> dict:
-    """nccl-tests and nvbandwidth from carried sources, for this GPU's architecture only (a minute, not ten)."""
-    major, minor = torch.cuda.get_device_capability()
-    env = {**os.environ, "NCCL_TESTS_SRC": str(sources / "nccl-tests"), "NVBANDWIDTH_SRC": str(sources / "nvbandwidth"),
-           "NVCC_GENCODE": f"-gencode=arch=compute_{major}{minor},code=sm_{major}{minor}"}
-    proc = subprocess.run(["bash", str(ROOT / "infra" / "build_gpu_tools.sh"), str(prefix)], env=env,
-                          capture_output=True, text=True, timeout=300)
-    wheel_nccl = prefix / "nccl" / "lib"
-    if wheel_nccl.is_dir():  # the tests load the NCCL of PyTorch's wheel at run time too
-        os.environ["LD_LIBRARY_PATH"] = f"{wheel_nccl}:{os.environ.get('LD_LIBRARY_PATH', '')}"
-    return {"exit": proc.returncode, "log_tail": (proc.stdout + proc.stderr)[-1500:]}
-
-
-def check_preflight(ctx: Context) -> dict:
-    from tasks.preflight.checks import FAIL, NOT_AVAILABLE, run_checks
-
-    build = None
-    tools = ctx.work / "gpu-tools"
-    if ctx.gpu_tools and not ctx.dry_run:
-        build = build_gpu_tools(ctx.gpu_tools, tools)
-    nccl_dir, nvbw = tools / "nccl-tests" / "build", tools / "nvbandwidth" / "nvbandwidth"
-    cfg = PreflightConfig(profile="h200-1x", allreduce_ranks=ctx.ranks, allreduce_mb=256 if not ctx.dry_run else 8,
-                          storage_test_mb=64, nccl_tests_dir=str(nccl_dir) if nccl_dir.is_dir() else None,
-                          nvbandwidth_path=str(nvbw) if nvbw.is_file() else None, min_free_gb=1)
-    checks = run_checks(cfg, ctx.work / "preflight")
-    table = {c.name: {"status": c.status, "measured": c.measured, "expected": c.expected, "detail": c.detail}
-             for c in checks}
-    gpu_ones = ("gpu_inventory", "allreduce_probe")
-    ran = {n: c for n, c in table.items() if c["status"] != NOT_AVAILABLE}
-    ok = all(c["status"] != FAIL for c in ran.values()) and (ctx.dry_run or all(n in ran for n in gpu_ones))
-    return {"ok": ok, "checks": table, "tools_build": build}
-
-
-CHECKS = {
-    "train_500m_bf16": check_500m,
-    "zero2_125m": check_125m_zero2,
-    "rollback_drill": check_rollback,
-    "preflight": check_preflight,
-}
-
-
-def versions() -> dict:
+def versions(sim: bool) -> dict:
     out = {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
            "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
-           "gpus": torch.cuda.device_count() if torch.cuda.is_available() else 0}
-    try:
-        import deepspeed
-
-        out["deepspeed"] = deepspeed.__version__
-    except ImportError:
-        out["deepspeed"] = None
+           "gpus": torch.cuda.device_count() if torch.cuda.is_available() else 0, "simulated": sim}
+    for package in ("deepspeed", "transformers", "pydantic"):
+        try:
+            out[package] = __import__(package).__version__
+        except ImportError:
+            out[package] = None
     return out
 
 
-def run_check(name: str, fn, *args) -> dict:
-    print(f"== {name}", flush=True)
-    started = time.perf_counter()
+def run_child(name: str, ctx: Context, deadline_s: float) -> dict:
+    """One check in its own process session; past its deadline it is stopped, its ranks with it."""
+    result_path = Path(ctx.work) / f"{name}.result.json"
+    result_path.unlink(missing_ok=True)
+    context = Path(ctx.work) / "context.json"
+    context.write_text(ctx.to_json())
+    cmd = [sys.executable, "-u", __file__, "--child", name, "--context", str(context), "--result", str(result_path)]
+    proc = subprocess.Popen(cmd, start_new_session=True)
     try:
-        result = fn(*args)
+        code = proc.wait(timeout=deadline_s)
+    except subprocess.TimeoutExpired:
+        stop(proc, Path(ctx.work) / name)
+        return {"ok": False, "error": f"deadline: still running after {deadline_s:.0f} s, stopped"}
+    if result_path.is_file():
+        return json.loads(result_path.read_text())
+    return {"ok": False, "error": f"the check's process exited with code {code} and no result"}
+
+
+def stop(proc: subprocess.Popen, train_dir: Path) -> None:
+    """SIGTERM (the train stage stops its ranks), then SIGKILL for the check and any rank of its runs."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=KILL_GRACE_S)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    subprocess.run(["pkill", "-KILL", "-f", str(train_dir)], check=False)  # ranks in the launcher's own session
+    proc.wait()
+
+
+def child_main(name: str, context: Path, result: Path) -> int:
+    ctx = Context.from_json(context.read_text())
+    try:
+        out = CHECKS[name](ctx)
     except Exception as err:  # noqa: BLE001 - a failed check is a result, the others still run
-        result = {"ok": False, "error": f"{type(err).__name__}: {err}"[-3000:], "traceback": traceback.format_exc()[-3000:]}
-    result["seconds"] = round(time.perf_counter() - started, 1)
-    print(f"   {'ok' if result['ok'] else 'FAILED'} in {result['seconds']} s", flush=True)
-    return result
+        out = {"ok": False, "error": f"{type(err).__name__}: {err}"[-3000:], "traceback": traceback.format_exc()[-3000:]}
+    result.write_text(json.dumps(out, indent=2, default=str))
+    return 0
 
 
 def summary(report: dict) -> str:
-    lines = [f"{'check':<20}{'ok':>6}{'seconds':>9}  figures"]
+    lines = [f"{'check':<20}{'ok':>7}{'seconds':>9}  figures" + ("   (SIMULATED: CPU ranks)" if report["simulated"] else "")]
     for name, r in report["checks"].items():
-        figures = {k: r[k] for k in ("mfu", "tokens_per_s", "tflops_per_s", "peak_memory_gb", "time_cost_pct",
-                                      "memory_saved_pct", "attempts", "relative_error", "error") if r.get(k) is not None}
-        lines.append(f"{name:<20}{str(r['ok']):>6}{r['seconds']:>9}  " + ", ".join(
+        figures = {k: r[k] for k in ("mfu", "tokens_per_s", "peak_memory_gb", "loss_first", "loss_last",
+                                      "time_cost_pct", "memory_saved_pct", "attempts", "relative_error", "best",
+                                      "passed_gate", "error") if r.get(k) is not None}
+        lines.append(f"{name:<20}{str(r.get('ok')):>7}{r.get('seconds', 0):>9}  " + ", ".join(
             f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in figures.items()))
     return "\n".join(lines)
+
+
+def write(report: dict, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    tmp.replace(path)
+
+
+def run_all(ctx: Context, wanted: list[str], out: Path, budget_s: float | None, deadline_s: float | None = None
+            ) -> dict:
+    deadlines = {n: deadline_s or d for n, d in (SIM_DEADLINE_S if ctx.sim else GPU_DEADLINE_S).items()}
+    path = out / f"gpu-{datetime.date.today().isoformat()}.json"
+    report = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              **versions(ctx.sim), "planned": wanted, "checks": {}, "mfu_500m_bf16": None}
+    started = time.perf_counter()
+    for name in wanted:
+        left = None if budget_s is None else budget_s - (time.perf_counter() - started)
+        if left is not None and left < 30:
+            report["checks"][name] = {"ok": False, "error": f"not started: {left:.0f} s of --budget-s left",
+                                      "seconds": 0.0}
+            continue
+        report["running"] = name
+        write(report, path)
+        print(f"== {name}", flush=True)
+        t0 = time.perf_counter()
+        result = run_child(name, ctx, deadlines[name] if left is None else min(deadlines[name], left - 10))
+        result["seconds"] = round(time.perf_counter() - t0, 1)
+        report["checks"][name] = result
+        report["mfu_500m_bf16"] = report["checks"].get("train_500m_bf16", {}).get("mfu")
+        report["total_seconds"] = round(time.perf_counter() - started, 1)
+        write(report, path)
+        print(f"   {'ok' if result.get('ok') else 'FAILED'} in {result['seconds']} s", flush=True)
+    report.pop("running", None)
+    write(report, path)
+    print(summary(report))
+    print(f"wrote {path} ({report['total_seconds'] if wanted else 0} s)")
+    return report
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--prepared", type=Path, help="a run root with complete tokenizer/ and tokens/ (default: "
-                        "prepare the demo corpus here)")
+                        "prepare the demo corpus here, which needs the full install)")
     parser.add_argument("--prepare-only", type=Path, help="prepare the demo corpus into this run root and stop")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or ROOT / "benchmarks" / "results"))
     parser.add_argument("--work", type=Path, help="scratch folder for the runs (default: a temporary one)")
     parser.add_argument("--gpu-tools", type=Path, help="folder with nccl-tests/ and nvbandwidth/ sources to build")
-    parser.add_argument("--only", nargs="*", choices=[*CHECKS, "hf_export_parity"], help="run these checks only")
-    parser.add_argument("--dry-run", action="store_true", help="CPU ranks and tiny sizes: check the script itself")
+    parser.add_argument("--only", nargs="*", choices=list(CHECKS), help="run these checks only")
+    parser.add_argument("--budget-s", type=float, help="wall-clock budget for all checks: a check is cut to what "
+                        "is left, and one with under 30 s left is not started")
+    parser.add_argument("--deadline-s", type=float, help="every check's deadline (default: each its own, "
+                        "benchmarks/_gpu_checks.py)")
+    parser.add_argument("--sim", action="store_true", help="CPU ranks at small sizes, the same code path "
+                        "(make gpu-sim runs it in a copy of the GPU machine's image)")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--context", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        return child_main(args.child, args.context, args.result)
     if args.prepare_only:
         prepare(args.prepare_only)
         print(f"prepared {args.prepare_only}")
         return 0
-    if not args.dry_run and not torch.cuda.is_available():
-        print("error: no CUDA device visible; run on a GPU node, or pass --dry-run", file=sys.stderr)
+    if not args.sim and not torch.cuda.is_available():
+        print("error: no CUDA device visible; run on a GPU node, or pass --sim for CPU ranks", file=sys.stderr)
         return 2
     work = args.work or Path(tempfile.mkdtemp(prefix="gpu-check-"))
-    ctx = Context(args.prepared or prepare(work / "prepared"), work, args.dry_run, args.gpu_tools)
-    wanted = set(args.only or [*CHECKS, "hf_export_parity"])
-    report = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), **versions(),
-              "dry_run": args.dry_run, "checks": {}}
-    started = time.perf_counter()
-    for name, fn in CHECKS.items():
-        if name in wanted:
-            report["checks"][name] = run_check(name, fn, ctx)
-        if name == "rollback_drill" and "hf_export_parity" in wanted:
-            drill = report["checks"].get("rollback_drill", {})
-            train_dir = Path(drill["train_dir"]) if drill.get("train_dir") else None
-            report["checks"]["hf_export_parity"] = (run_check("hf_export_parity", check_export, ctx, train_dir)
-                                                    if train_dir else {"ok": False, "error": "the drill trained nothing",
-                                                                       "seconds": 0.0})
-    report["mfu_500m_bf16"] = report["checks"].get("train_500m_bf16", {}).get("mfu")
-    report["total_seconds"] = round(time.perf_counter() - started, 1)
+    work.mkdir(parents=True, exist_ok=True)
+    run_root = args.prepared or prepare(work / "prepared")
+    ctx = Context(str(run_root.resolve()), str(work.resolve()), args.sim, str(args.gpu_tools) if args.gpu_tools else None)
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"gpu-{'dry-run-' if args.dry_run else ''}{datetime.date.today().isoformat()}.json"
-    path.write_text(json.dumps(report, indent=2) + "\n")
-    print(summary(report))
-    print(f"wrote {path} ({report['total_seconds']} s)")
-    return 0 if all(r["ok"] for r in report["checks"].values()) else 1
+    report = run_all(ctx, [n for n in CHECKS if n in (args.only or CHECKS)], args.out, args.budget_s, args.deadline_s)
+    return 0 if all(r.get("ok") for r in report["checks"].values()) else 1
 
 
 if __name__ == "__main__":

@@ -4,8 +4,8 @@
 #
 #   infra/gpu_wheels.sh DEST [PYTHON_VERSION]      (default 3.12; run on a machine with PyPI access)
 #
-# On the node:  python3 -m pip install --no-index --no-deps --target /tmp/site DEST/*.whl
-#               PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH python3 benchmarks/gpu_check.py --prepared RUN_ROOT
+# `make gpu-prepare` (infra/gpu_prepare.py) runs this into .gpu/wheels and installs them into .gpu/site, which
+# travels; on the node:  PYTHONPATH=.gpu/site python3 benchmarks/gpu_check.py --prepared .gpu/prepared --out "$OUT"
 set -euo pipefail
 
 DEST="${1:?usage: infra/gpu_wheels.sh DEST [PYTHON_VERSION]}"

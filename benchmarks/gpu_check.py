@@ -172,6 +172,14 @@ def run_all(ctx: Context, wanted: list[str], out: Path, budget_s: float | None, 
     return report
 
 
+def absolute_pythonpath() -> None:
+    """`PYTHONPATH=.gpu/site` as typed on the machine: absolute, so every process the checks start (launchers,
+    ranks, probes in other working directories) finds the carried wheels."""
+    entries = [e for e in os.environ.get("PYTHONPATH", "").split(os.pathsep) if e]
+    if entries:
+        os.environ["PYTHONPATH"] = os.pathsep.join(str(Path(e).resolve()) for e in entries)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--prepared", type=Path, help="a run root with complete tokenizer/ and tokens/ (default: "
@@ -191,6 +199,7 @@ def main() -> int:
     parser.add_argument("--context", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    absolute_pythonpath()
     if args.child:
         return child_main(args.child, args.context, args.result)
     if args.prepare_only:

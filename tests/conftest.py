@@ -21,6 +21,21 @@ FIXTURES = SHARED / "fixtures"
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 
+def pytest_collection_finish(session):
+    """The GPU-image simulation takes minutes of one core: started now, beside the rest of the suite."""
+    from tests.infra import background_gpu_sim
+
+    if any(item.nodeid.startswith(background_gpu_sim.TESTS) and item.get_closest_marker("slow")
+           for item in session.items):
+        background_gpu_sim.start()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    from tests.infra import background_gpu_sim
+
+    background_gpu_sim.stop()
+
+
 def need_shared(path: Path) -> Path:
     if not path.exists():
         pytest.skip(f"{path} is absent: the shared corpora/fixtures sit beside the checkout only on the project's machines")

@@ -124,7 +124,9 @@ def sim_env(python: Path, misses: Path) -> dict[str, str]:
     """The machine's environment as the GPU command sees it: its python first on PATH, the carried wheels on
     PYTHONPATH, nothing of this machine's installs."""
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONHOME", "PYTHONPATH")}
-    env.update(PATH=f"{python.parent}{os.pathsep}{env.get('PATH', '')}", PYTHONPATH=str(carried_site()),
+    carried_site()
+    # relative, as typed on the machine (the commands run in the repository's root)
+    env.update(PATH=f"{python.parent}{os.pathsep}{env.get('PATH', '')}", PYTHONPATH=".gpu/site",
                PYTHONNOUSERSITE="1", PYTHONUNBUFFERED="1", **{MISSES_ENV: str(misses)})
     return env
 
@@ -172,7 +174,7 @@ def run_check(out: Path, work: Path | None, extra: list[str]) -> int:
     misses.unlink(missing_ok=True)
     cmd = [str(python), str(ROOT / "benchmarks" / "gpu_check.py"), "--sim", "--prepared", str(GPU_DIR / "prepared"),
            "--out", str(out), "--work", str(work), *extra]
-    print(f"gpu-sim: {' '.join(cmd)}  (PYTHONPATH={carried_site()})", flush=True)
+    print(f"gpu-sim: PYTHONPATH=.gpu/site {' '.join(cmd)}", flush=True)
     code = subprocess.run(cmd, env=sim_env(python, misses), cwd=ROOT).returncode
     found = project_misses(misses)
     annotate(out, python, found)

@@ -1,6 +1,5 @@
 """`make gpu-sim`: the GPU check's real code path on CPU ranks, in a Python 3.12 environment holding only the GPU
 machine's image packages plus the carried wheels; and the import guard that names what the machine lacks."""
-import datetime
 import json
 import os
 import subprocess
@@ -15,6 +14,7 @@ SIM = ROOT / "infra" / "gpu_sim" / "sim.py"
 sys.path.insert(0, str(ROOT / "infra" / "gpu_sim"))
 
 from sim import listed, normalized, project_misses  # noqa: E402
+from tests.infra import background_gpu_sim  # noqa: E402
 
 REQUIRED = {"preflight", "train_500m_bf16", "train_stage", "zero2_125m", "rollback_drill", "hf_export_parity",
             "mfu_settings"}
@@ -53,8 +53,17 @@ def test_only_the_projects_own_imports_fail_the_simulation(tmp_path):
     assert project_misses(log) == [{"module": "zstandard", "importer": "tasks/clean/readers.py:12"}]
 
 
+@pytest.fixture(scope="module")
+def gpu_sim():
+    """The background `make gpu-sim` of this session (tests/conftest.py starts it), finished: (exit code, output,
+    its $OUT). It also leaves the environment and .gpu/ that `sim.py exec` uses."""
+    run = background_gpu_sim.start()  # already running, unless only this module's tests were collected
+    code, output = run.wait(timeout_s=1500)
+    return code, output, run.out
+
+
 @pytest.mark.slow
-def test_the_old_gpu_path_import_fails_on_the_image_naming_the_module_and_its_importer():
+def test_the_old_gpu_path_import_fails_on_the_image_naming_the_module_and_its_importer(gpu_sim):
     """What stopped the old check in its first second: benchmarks/gpu_check.py took embedding_rows from
     tasks.tokenizer.train, which pulls in the clean stage's zstandard and pyahocorasick."""
     proc = subprocess.run([sys.executable, str(SIM), "exec", "--", "-c",
@@ -71,12 +80,12 @@ def test_the_old_gpu_path_import_fails_on_the_image_naming_the_module_and_its_im
 
 
 @pytest.mark.slow
-def test_make_gpu_sim_runs_every_check_of_the_gpu_script_and_each_passes(tmp_path):
-    out = tmp_path / "out"
-    proc = subprocess.run(["make", "gpu-sim", f"OUT={out}"], capture_output=True, text=True, timeout=1800, cwd=ROOT)
-    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-3000:]
-    report = json.loads((out / f"gpu-{datetime.date.today().isoformat()}.json").read_text())
-    assert report["simulated"] is True and report["python"].startswith("3.12.") and report["torch"] == "2.11.0"
+def test_make_gpu_sim_runs_every_check_of_the_gpu_script_and_each_passes(gpu_sim):
+    code, output, out = gpu_sim
+    assert code == 0, output
+    report = json.loads(next(out.glob("gpu-*.json")).read_text())  # gpu-<date>.json, the date it started
+    assert report["simulated"] is True and report["python"].startswith("3.12.")
+    assert report["torch"].startswith("2.11.0")  # PyPI's 2.11.0 is the image's 2.11.0+cu130
     assert report["deepspeed"] and report["sim"]["project_import_misses"] == []
     assert "deepspeed" in report["sim"]["carried"] and "pydantic" in report["sim"]["carried"]
     checks = report["checks"]

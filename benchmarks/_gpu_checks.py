@@ -71,12 +71,24 @@ class Context:
     def dir(self, name: str) -> Path:
         return Path(self.work) / name
 
+    @property
+    def tokenizer(self) -> Path:
+        return Path(self.run_root) / "tokenizer"
+
+    @property
+    def tokens(self) -> Path:
+        return Path(self.run_root) / "tokens"
+
     def to_json(self) -> str:
         return json.dumps(asdict(self))
 
     @classmethod
     def from_json(cls, text: str) -> Context:
         return cls(**json.loads(text))
+
+
+def log_line(line: str) -> None:
+    print(f"  {line}", flush=True)
 
 
 def watched(ctx: Context, **train) -> dict:
@@ -90,7 +102,7 @@ def watched(ctx: Context, **train) -> dict:
 def sized_tokenizer(ctx: Context, size: Size) -> Path:
     """The prepared tokenizer, with the embedding rows the size's config would give (token ids below the demo
     vocabulary do not change the cost of a step); the simulation keeps the prepared one."""
-    prepared = Path(ctx.run_root) / "tokenizer"
+    prepared = ctx.tokenizer
     if ctx.sim:
         return prepared
     t = load_config(ROOT / "configs" / size.config).tokenizer
@@ -119,8 +131,7 @@ def throughput_run(ctx: Context, name: str, size: Size, **train) -> dict:
              "save_every": 10**6, "save_final": False, "anomaly": {"enabled": False}}
     settings = TrainConfig(**watched(ctx, **{**shape, **train}))
     started = time.perf_counter()
-    run_train(model_config(size), settings, sized_tokenizer(ctx, size), Path(ctx.run_root) / "tokens", out, {},
-              log_line=lambda line: print(f"  {line}", flush=True))
+    run_train(model_config(size), settings, sized_tokenizer(ctx, size), ctx.tokens, out, {}, log_line=log_line)
     return {**measured(out, size.warmup_steps_skipped), "seq_len": size.seq_len, "preset": size.preset,
             "micro_batch_size": settings.micro_batch_size, "ranks": settings.num_gpus,
             "zero_stage": settings.zero_stage, "activation_checkpointing": settings.activation_checkpointing,
@@ -211,8 +222,8 @@ def check_mfu_settings(ctx: Context) -> dict:
     scored = {n: r.get("mfu") or r.get("tokens_per_s") or 0.0 for n, r in runs.items() if r.get("loss_finite")}
     best = max(scored, key=scored.get) if scored else None
     return {"ok": all(r.get("loss_finite") and r.get("tokens_per_s") for r in runs.values()), "runs": runs,
-            "best": best,
-            "best_settings": variant_settings(ctx, size, {"baseline": {}, **VARIANTS}[best]) if best else None, "ranked_by": "mfu" if not ctx.sim else "tokens_per_s"}
+            "best": best, "best_settings": variant_settings(ctx, size, {"baseline": {}, **VARIANTS}[best]) if best else None,
+            "ranked_by": "mfu" if not ctx.sim else "tokens_per_s"}
 
 
 def check_train_stage(ctx: Context) -> dict:
@@ -225,14 +236,14 @@ def check_train_stage(ctx: Context) -> dict:
     shutil.rmtree(out, ignore_errors=True)
     common = watched(ctx, seq_len=size.seq_len, micro_batch_size=size.micro_batch_size, warmup_steps=1, lr=3e-4,
                      min_lr=3e-5, save_every=2, anomaly={"enabled": False})
-    log = lambda line: print(f"  {line}", flush=True)  # noqa: E731
-    tokenizer, tokens = sized_tokenizer(ctx, size), Path(ctx.run_root) / "tokens"
-    first = run_train(model_config(size), TrainConfig(**common, steps=size.steps), tokenizer, tokens, out, {}, log)
-    second = run_train(model_config(size), TrainConfig(**common, steps=size.steps + 2), tokenizer, tokens, out, {},
-                       log)
+    tokenizer = sized_tokenizer(ctx, size)
+    first = run_train(model_config(size), TrainConfig(**common, steps=size.steps), tokenizer, ctx.tokens, out, {},
+                      log_line)
+    second = run_train(model_config(size), TrainConfig(**common, steps=size.steps + 2), tokenizer, ctx.tokens, out,
+                       {}, log_line)
     starts = [e["step"] for e in read_jsonl(out / EVENTS_FILE) if e.get("event") == "start"]
-    steps = [m["step"] for m in read_jsonl(out / METRICS_FILE) if "loss" in m]
-    losses = [m["loss"] for m in read_jsonl(out / METRICS_FILE) if "loss" in m]
+    logged = [m for m in read_jsonl(out / METRICS_FILE) if "loss" in m]
+    steps, losses = [m["step"] for m in logged], [m["loss"] for m in logged]
     final = read_meta(out / "checkpoints", second["latest_checkpoint"]) if second["latest_checkpoint"] else {}
     ok = (first["latest_step"] == size.steps and starts == [0, size.steps] and second["latest_step"] == size.steps + 2
           and steps == list(range(1, size.steps + 3)) and all(math.isfinite(x) for x in losses)
@@ -255,8 +266,7 @@ def check_rollback(ctx: Context) -> dict:
     shutil.rmtree(out, ignore_errors=True)
     os.environ["PRETRAIN_NAN_POSITIONS"] = f"{poisoned[0]}-{poisoned[1]}"
     try:
-        result = run_monitored(ModelConfig(preset="debug"), train, Path(ctx.run_root) / "tokenizer",
-                               Path(ctx.run_root) / "tokens", out, {}, log_line=lambda line: print(f"  {line}", flush=True))
+        result = run_monitored(ModelConfig(preset="debug"), train, ctx.tokenizer, ctx.tokens, out, {}, log_line=log_line)
     finally:
         os.environ.pop("PRETRAIN_NAN_POSITIONS")
     rollback = next((d for d in decisions(out) if d["action"] == "rollback"), None)
@@ -283,7 +293,7 @@ def check_export(ctx: Context) -> dict:
     if not (train_dir / "checkpoints").is_dir():
         return {"ok": False, "error": "the rollback drill left no checkpoint to export (it did not run or failed)"}
     device = "cpu" if ctx.sim else "cuda"
-    exported = export_run_checkpoint(train_dir, Path(ctx.run_root) / "tokenizer", ctx.dir("hf"), dtype="fp32")
+    exported = export_run_checkpoint(train_dir, ctx.tokenizer, ctx.dir("hf"), dtype="fp32")
     args = ModelArgs(**json.loads((train_dir / "spec.json").read_text())["model"])
     ours = Transformer(args)
     ours.load_state_dict(load_checkpoint_state(train_dir / "checkpoints", exported["tag"]))
@@ -343,7 +353,7 @@ def check_preflight(ctx: Context) -> dict:
     for stage in ("tokenizer", "tokens"):  # the prepared outputs, as the stages before preflight leave them
         (root / stage).symlink_to(Path(ctx.run_root).resolve() / stage)
     build = build_gpu_tools(Path(ctx.gpu_tools), tools) if ctx.gpu_tools and not ctx.sim else None
-    report = run_preflight(preflight_config(ctx, root, tools), root, lambda line: print(f"  {line}", flush=True))
+    report = run_preflight(preflight_config(ctx, root, tools), root, log_line)
     table = {c["name"]: {k: c[k] for k in ("status", "measured", "expected", "detail")} for c in report["checks"]}
     must_run = ("allreduce_probe", "comm_share") + (() if ctx.sim else ("gpu_inventory",))
     missing = [n for n in must_run if table.get(n, {}).get("status") in (None, NOT_AVAILABLE)]

@@ -27,10 +27,10 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.metadata
 import json
 import os
 import platform
-import signal
 import subprocess
 import sys
 import tempfile
@@ -45,6 +45,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import torch  # noqa: E402
 
 from _gpu_checks import CHECKS, GPU_DEADLINE_S, SIM_DEADLINE_S, Context  # noqa: E402
+from tasks.common.lifetime import kill_group  # noqa: E402
 
 KILL_GRACE_S = 30  # after SIGTERM: the ranks save nothing (no checkpoint is due) and leave
 
@@ -73,10 +74,10 @@ def versions(sim: bool) -> dict:
     out = {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
            "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
            "gpus": torch.cuda.device_count() if torch.cuda.is_available() else 0, "simulated": sim}
-    for package in ("deepspeed", "transformers", "pydantic"):
+    for package in ("deepspeed", "transformers", "pydantic"):  # read, not imported: DeepSpeed's import is seconds
         try:
-            out[package] = __import__(package).__version__
-        except ImportError:
+            out[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
             out[package] = None
     return out
 
@@ -101,15 +102,7 @@ def run_child(name: str, ctx: Context, deadline_s: float) -> dict:
 
 def stop(proc: subprocess.Popen, train_dir: Path) -> None:
     """SIGTERM (the train stage stops its ranks), then SIGKILL for the check and any rank of its runs."""
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=KILL_GRACE_S)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
-        pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    kill_group(proc, grace_s=KILL_GRACE_S)
     subprocess.run(["pkill", "-KILL", "-f", str(train_dir)], check=False)  # ranks in the launcher's own session
     proc.wait()
 
@@ -148,6 +141,7 @@ def run_all(ctx: Context, wanted: list[str], out: Path, budget_s: float | None, 
     report = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               **versions(ctx.sim), "planned": wanted, "checks": {}, "mfu_500m_bf16": None}
     started = time.perf_counter()
+    report["total_seconds"] = 0.0
     for name in wanted:
         left = None if budget_s is None else budget_s - (time.perf_counter() - started)
         if left is not None and left < 30:
@@ -168,7 +162,7 @@ def run_all(ctx: Context, wanted: list[str], out: Path, budget_s: float | None, 
     report.pop("running", None)
     write(report, path)
     print(summary(report))
-    print(f"wrote {path} ({report['total_seconds'] if wanted else 0} s)")
+    print(f"wrote {path} ({report['total_seconds']} s)")
     return report
 
 

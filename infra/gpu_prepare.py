@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -33,7 +34,8 @@ def build_wheels(python: str) -> Path:
     if stamp.is_file() and stamp.read_text() == wheels_key() and any(wheels.glob("*.whl")):
         return wheels
     subprocess.run(["rm", "-rf", str(wheels)], check=True)
-    subprocess.run(["bash", str(ROOT / "infra" / "gpu_wheels.sh"), str(wheels)], check=True, env=None)
+    subprocess.run(["bash", str(ROOT / "infra" / "gpu_wheels.sh"), str(wheels)], check=True,
+                   env={**os.environ, "PYTHON": python})
     stamp.write_text(wheels_key())
     return wheels
 

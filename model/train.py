@@ -392,9 +392,9 @@ def build_model(spec: Spec, comm: Comm) -> torch.nn.Module:
     """The model on its device, its attention kernel chosen and its blocks compiled as the spec says."""
     t = spec.train
     if t.sdpa_backend != "auto":  # only that kernel: a shape it cannot run fails instead of falling back
+        only = "mem_efficient" if t.sdpa_backend == "efficient" else t.sdpa_backend
         for name in ("flash", "mem_efficient", "math"):
-            getattr(torch.backends.cuda, f"enable_{name}_sdp")(name == {"efficient": "mem_efficient"}.get(
-                t.sdpa_backend, t.sdpa_backend))
+            getattr(torch.backends.cuda, f"enable_{name}_sdp")(name == only)
     with torch.device(comm.device):  # initialized where it trains: seconds for 500M parameters on a GPU, not tens
         model = Transformer(spec.model, activation_checkpointing=t.activation_checkpointing)
     if t.compile:  # in place, block by block: the state dict keeps its names, so checkpoints and export are unchanged

@@ -16,6 +16,7 @@ the project's own code fails the run, naming the module and the file and line th
 from __future__ import annotations
 
 import argparse
+import functools
 import glob
 import hashlib
 import json
@@ -59,6 +60,7 @@ def listed(path: Path) -> list[str]:
     return [line.strip() for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")]
 
 
+@functools.cache
 def image_packages() -> set[str]:
     return {normalized(name) for name in listed(IMAGE / "packages.txt")}
 
@@ -178,6 +180,11 @@ def run_check(out: Path, work: Path | None, extra: list[str]) -> int:
     code = subprocess.run(cmd, env=sim_env(python, misses), cwd=ROOT).returncode
     found = project_misses(misses)
     annotate(out, python, found)
+    return judged(code, found)
+
+
+def judged(code: int, found: list[dict]) -> int:
+    """The run's exit code, or 3 when it passed but the project imported what the image lacks."""
     if found:
         print(explain(found), file=sys.stderr)
     return code or (3 if found else 0)
@@ -200,10 +207,7 @@ def run_python(args: list[str]) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         misses = Path(tmp) / "import-misses.jsonl"
         code = subprocess.run([str(python), *args], env=sim_env(python, misses), cwd=ROOT).returncode
-        found = project_misses(misses)
-    if found:
-        print(explain(found), file=sys.stderr)
-    return code or (3 if found else 0)
+        return judged(code, project_misses(misses))
 
 
 def main() -> int:

@@ -89,11 +89,13 @@ def run_child(name: str, ctx: Context, deadline_s: float) -> dict:
     context = Path(ctx.work) / "context.json"
     context.write_text(ctx.to_json())
     cmd = [sys.executable, "-u", __file__, "--child", name, "--context", str(context), "--result", str(result_path)]
+    started = time.time()
     proc = subprocess.Popen(cmd, start_new_session=True)
     try:
         code = proc.wait(timeout=deadline_s)
     except subprocess.TimeoutExpired:
         stop(proc, Path(ctx.work) / name)
+        release_extension_locks(started)
         return {"ok": False, "error": f"deadline: still running after {deadline_s:.0f} s, stopped"}
     if result_path.is_file():
         return json.loads(result_path.read_text())
@@ -105,6 +107,23 @@ def stop(proc: subprocess.Popen, train_dir: Path) -> None:
     kill_group(proc, grace_s=KILL_GRACE_S)
     subprocess.run(["pkill", "-KILL", "-f", str(train_dir)], check=False)  # ranks in the launcher's own session
     proc.wait()
+
+
+def release_extension_locks(since: float) -> list[str]:
+    """torch's just-in-time extension locks (`<TORCH_EXTENSIONS_DIR>/<build>/<op>/lock`) made since the stopped
+    check started. A rank killed while it loads an op (DeepSpeed's CPU shared-memory op, at every start) leaves
+    its lock behind, and every later launch on this machine waits on it forever. The check's processes are all
+    gone by now, so a lock made since is theirs."""
+    root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "torch_extensions")
+    released = []
+    for lock in root.glob("*/*/lock"):
+        try:
+            if lock.stat().st_mtime >= since:
+                lock.unlink()
+                released.append(str(lock))
+        except FileNotFoundError:
+            continue
+    return released
 
 
 def child_main(name: str, context: Path, result: Path) -> int:

@@ -3,6 +3,7 @@ check it cannot finish, and the JSON says so. (Every check passing in a copy of 
 tests/infra/test_gpu_sim.py.)"""
 import datetime
 import json
+import os
 import subprocess
 import sys
 import time
@@ -34,3 +35,19 @@ def test_checks_past_their_deadline_are_stopped_with_their_ranks_and_the_budget_
     assert checks["mfu_settings"]["error"].startswith("not started:")  # under 30 s of the budget were left
     left = subprocess.run(["pgrep", "-f", str(work)], capture_output=True, text=True).stdout.split()
     assert left == [], f"processes of the stopped checks still run: {left}"
+
+
+def test_a_stopped_check_releases_the_extension_locks_its_killed_ranks_left(tmp_path, monkeypatch):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from gpu_check import release_extension_locks
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    older = tmp_path / "py311_cpu" / "fused_adam" / "lock"  # another job's, from before the check started
+    older.parent.mkdir(parents=True)
+    older.touch()
+    os.utime(older, (time.time() - 600, time.time() - 600))
+    left = tmp_path / "py311_cpu" / "deepspeed_shm_comm" / "lock"
+    left.parent.mkdir(parents=True)
+    left.touch()
+    assert release_extension_locks(time.time() - 60) == [str(left)]
+    assert older.exists() and not left.exists()

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from prefect import flow, get_run_logger, task
 
-from flows.common import DEFAULT_CONFIG, stage_run, table_artifact
+from flows.common import DEFAULT_CONFIG, markdown_artifact, stage_run, table_artifact
 from pretrain.config import PipelineConfig, resolve_config
 from tasks.common.failures import retry_if_transient
 from tasks.common.outputs import write_json
@@ -37,6 +37,8 @@ def preflight_flow(config: PipelineConfig | str = DEFAULT_CONFIG, mlflow_parent_
         write_json(out / "report.json", report)
         run.log_files(out, ("report.json",), "preflight")
         table_artifact(run, "preflight", report["checks"], headline(report))
+        if report.get("comm_plan") and "table" in report["comm_plan"]:
+            markdown_artifact(run, "comm-plan", f"```\n{report['comm_plan']['table']}\n```", "Communication plan")
         if not report["passed_gate"]:
             raise PreflightFailed(f"preflight checks failed: {report['failed']}; see {out / 'report.json'}. "
                                   f"Fix them, or set preflight.ignore_failures: true to train anyway")

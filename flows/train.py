@@ -19,7 +19,9 @@ from model.spec import Spec
 from pretrain.config import PipelineConfig, resolve_config
 from tasks.common.failures import retry_if_transient
 from tasks.common.outputs import read_json, write_json
+from tasks.preflight.nodes import surviving_nodes
 from tasks.preflight.suite import without_dropped_nodes
+from tasks.train.comm_plan import PLAN_FILE, plan_tags
 from tasks.train.export import export_run_checkpoint
 from tasks.train.loss_plot import loss_plot
 from tasks.train.monitored import roll_back, run_monitored
@@ -27,7 +29,7 @@ from tasks.train.recovery import Decision
 from tasks.train.skipped import skipped_data_report
 
 STEP_LINE = re.compile(r"\bstep (\d+)/\d+ loss=")  # rank 0's console line per logged step
-OUTPUTS = ("result.json", "spec.json", "metrics.jsonl", "events.jsonl", "recovery.jsonl", "loss.png")
+OUTPUTS = ("result.json", "spec.json", "comm_plan.json", "metrics.jsonl", "events.jsonl", "recovery.jsonl", "loss.png")
 
 
 @task(name="export-hf", retries=1, retry_delay_seconds=10, retry_condition_fn=retry_if_transient)
@@ -81,6 +83,13 @@ class Attempts:
             self.children[-1].end(ok)
 
 
+def relaunch_nodes(cfg: PipelineConfig, run_root: Path, log_line):
+    """The nodes of each relaunch: those that pass their probe now (train.recovery.drop_lost_nodes), else all."""
+    if not cfg.train.recovery.drop_lost_nodes:
+        return None
+    return lambda train: surviving_nodes(cfg, train, run_root, log_line)
+
+
 def monitored_training(run: StageRun) -> dict:
     """Train under the recovery loop; each rollback and skip-ahead runs as a sub-flow of this flow."""
     cfg, attempts = run.cfg, Attempts(run)
@@ -102,7 +111,7 @@ def monitored_training(run: StageRun) -> dict:
     try:
         result = run_monitored(cfg.model, cfg.train, run.dir("tokenizer"), run.dir("tokens"), run.dir("train"),
                                run.rank_env(), log_line=log_line, rollback=rollback_and_skip,
-                               env_for_attempt=attempts.env_for)
+                               env_for_attempt=attempts.env_for, relaunch_on=relaunch_nodes(cfg, run.root, log_line))
         ok = True
         return result
     finally:
@@ -113,6 +122,8 @@ def finish(run: StageRun, result: dict) -> None:
     """The final checkpoint's tags, its Hugging Face export, the loss plot, and the files MLflow keeps."""
     out = run.dir("train")
     run.set_tag("final_checkpoint", f"{result['checkpoint_dir']}/{result['latest_checkpoint']}")
+    if (out / PLAN_FILE).is_file():  # the last launch's: a relaunch on fewer nodes plans anew
+        run.set_tags(plan_tags(read_json(out / PLAN_FILE)))
     if run.cfg.train.export_hf and result["latest_checkpoint"]:
         result["hf_export"] = export_task(str(out), str(run.dir("tokenizer")), result["latest_checkpoint"])["export_dir"]
         run.set_tag("hf_export", result["hf_export"])

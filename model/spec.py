@@ -40,6 +40,7 @@ class TrainSpec:
     schedule: str
     decay_frac: float
     log_every: int
+    comm_profile_every: int
     eval_every: int
     save_every: int
     save_final: bool
@@ -82,6 +83,7 @@ class Spec:
     deepspeed: dict
     out_dir: Path
     manifest_version: str
+    comm_prediction: dict | None = None  # the communication plan's chosen row (tasks/train/comm_plan.py)
 
     def to_json(self) -> str:
         return json.dumps({**asdict(self), "out_dir": str(self.out_dir)}, indent=2)
@@ -94,7 +96,7 @@ class Spec:
         return cls(ModelArgs(**raw["model"]), TrainSpec(**raw["train"]), DataSpec(**raw["data"]),
                    DetectorSettings(**raw["anomaly"]) if raw["anomaly"] is not None else None,
                    Overrides(tuple(tuple(r) for r in over["skip_ranges"]), over["lr_scale"], over["profile_steps"]),
-                   raw["deepspeed"], Path(raw["out_dir"]), raw["manifest_version"])
+                   raw["deepspeed"], Path(raw["out_dir"]), raw["manifest_version"], raw.get("comm_prediction"))
 
 
 def picked(cls, source, **given):

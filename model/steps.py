@@ -41,6 +41,7 @@ class PendingStep:
     position_end: int
     seconds: float = 0.0                    # wall time, set once the step's agreement has synced
     own: LocalTime | None = None            # this rank's own part of it (reading data, forward): names stragglers
+    comm: dict | None = None                # measured communication of a profiled step (model/comm_profile.py)
 
 
 @dataclass
@@ -158,6 +159,8 @@ def step_metrics(p: PendingStep, reduced: list[float], grad_norm: float | None, 
                "tflops_per_s": flops_per_token * tokens_per_s / 1e12}
     if grad_norm is not None:
         metrics["grad_norm"] = grad_norm
+    if p.comm:
+        metrics.update(p.comm)
     for c, name in enumerate(CHANNELS):
         tokens = reduced[1 + N_CHANNELS + c]
         if tokens > 0:

@@ -24,7 +24,7 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
@@ -33,13 +33,13 @@ import torch.distributed as dist
 from model.anomaly import Anomaly, AnomalyDetector, StepRecord
 from model.batches import BatchPrefetcher
 from model.comm import Comm
-from model.comm_profile import profile_steps
+from model.comm_profile import probed, profile_steps, step_comm_figures
 from model.data import (DataError, GlobalSampler, SamplerState, TokenDataset, read_manifest, training_dataset,
                         training_sampler)
 from model.ds_import import import_deepspeed
 from model.evaluate import local_eval_sums, reduce_eval
 from model.guard import Guard, fault_point
-from model.llama import Transformer, count_parameters, flops_per_token
+from model.llama import Transformer, closed_form_parameters, count_parameters, flops_per_token
 from model.mirror import Mirror
 from model.optimizer import with_optimizer
 from model.perf import device_name, memory_gb, mfu, peak_tflops
@@ -52,7 +52,8 @@ from model.staging import StagingError, stage_tokens, staged_path
 from model.steps import PendingStep, agree, grad_norms, reduce_stats, step_metrics, train_step
 from model.straggler import StragglerWatch, rank_figures
 from model.tracking import NullTracker, Rank0Tracker
-from model.train_state import ResumeMismatch, resume, room_to_save, save
+from model.reshape import ReshapeUnsupported
+from model.train_state import ResumeMismatch, find_resume_point, resume, room_to_save, save
 from model.watchdog import HangWatch
 
 
@@ -252,11 +253,15 @@ def run_eval(engine, loop: Loop, step: int) -> None:
 
 def one_step(engine, loop: Loop, step: int, stop: StopFlag | None) -> tuple[bool, Anomaly | None]:
     """Train a step and agree on it: (a rank asked to stop, an anomaly the detector found)."""
-    pending, loop.position = train_step(engine, loop.batches, loop.t, step, loop.spec.overrides.lr_scale)
-    loop.pending.append(pending)
-    requested = stop is not None and stop.requested  # read after the step: a SIGTERM during it stops after it
-    agreed = agree(loop.comm, loop.pending, requested, loop.figures_due(step + 1))
+    every = loop.t.comm_profile_every
+    with probed(bool(every) and (step + 1) % every == 0 and stop is not None) as found:
+        pending, loop.position = train_step(engine, loop.batches, loop.t, step, loop.spec.overrides.lr_scale)
+        loop.pending.append(pending)
+        requested = stop is not None and stop.requested  # read after the step: a SIGTERM during it stops after it
+        agreed = agree(loop.comm, loop.pending, requested, loop.figures_due(step + 1))
     pending.seconds = time.perf_counter() - pending.started
+    if found:
+        pending.comm = step_comm_figures(found, loop.comm, loop.spec.comm_prediction)
     reduced = agreed.stats
     if reduced is None and (agreed.loss_not_finite or agreed.stop_requested):
         reduced = reduce_stats(loop.comm, loop.pending)  # judged before anything else happens
@@ -317,7 +322,12 @@ def profile_run(engine, loop: Loop) -> int:
         one_step(engine, loop, next(steps), None)
         loop.pending.clear()
 
-    result = profile_steps(run_step, profiled, loop.spec.out_dir, loop.comm)
+    ds = loop.spec.deepspeed
+    layout = {"samples_per_rank_step": loop.t.micro_batch_size * loop.t.grad_accum, "grad_accum": loop.t.grad_accum,
+              "params": closed_form_parameters(loop.spec.model), "zero_stage": ds["zero_optimization"]["stage"],
+              "bytes_per_param": 2 if ds["bf16"]["enabled"] else 4,
+              "bucket": ds["zero_optimization"].get("reduce_bucket_size")}
+    result = profile_steps(run_step, profiled, loop.spec.out_dir, loop.comm, layout)
     if loop.rank == 0:
         print(f"communication share of step time: {result['comm_share']:.1%} ({result['backend']})", flush=True)
     loop.comm.barrier()  # leave together (see the anomaly exit)
@@ -360,9 +370,17 @@ def train(spec: Spec) -> int:
         dataset = training_dataset(tokens_dir_for(spec, comm), spec.data)
         model = build_model(spec, comm)
         ds_config, optimizer = with_optimizer(spec.deepspeed, t.optimizer, t.accelerator)
+        point = find_resume_point(spec, comm)
+        if point and point.reshaped:
+            ds_config = {**ds_config, "checkpoint": {"load_universal": True}}
         engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config)
         tracker = Rank0Tracker(spec.out_dir, METRICS_FILE, EVENTS_FILE) if comm.rank == 0 else NullTracker()
-        start_step, state = resume(engine, spec, comm)
+        start_step, state = resume(engine, spec, comm, point)
+        if point and point.reshaped:
+            tracker.event({"event": "reshaped", "step": start_step, "tag": point.tag,
+                           "saved": asdict(point.saved), "now": asdict(point.now),
+                           "saved_global_batch": point.meta.get("global_batch"),
+                           "global_batch": t.micro_batch_size * t.grad_accum * comm.world})
         sampler = training_sampler(dataset, spec.data, state)
         on_gpu = comm.device.type == "cuda"
         batches = BatchPrefetcher(dataset, sampler, comm.rank, comm.world, t.micro_batch_size, t.grad_accum,
@@ -427,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CONFIG
     try:
         return train(spec)
-    except (ResumeMismatch, StagingError, DataError) as err:
+    except (ResumeMismatch, ReshapeUnsupported, StagingError, DataError) as err:
         print(f"error: {err}", file=sys.stderr, flush=True)
         return EXIT_CONFIG
     finally:

@@ -16,6 +16,7 @@ from model.data import SamplerState
 from model.guard import fault_point
 from model.llama import count_parameters
 from model.mirror import Mirror
+from model.reshape import Layout, ResumePoint, ensure_universal, resume_point
 
 
 class ResumeMismatch(RuntimeError):
@@ -57,7 +58,8 @@ def save(engine, spec, step: int, position: SamplerState, tracker, comm: Comm, m
     ckpt_dir = spec.out_dir / "checkpoints"
     tag = f"step_{step:08d}"
     meta = {"step": step, "data_position": position.to_dict(), "manifest_version": spec.manifest_version,
-            "model": asdict(spec.model), "world_size": comm.world, "seed": spec.train.seed}
+            "model": asdict(spec.model), "world_size": comm.world, "zero_stage": zero_stage(spec), "seed": spec.train.seed,
+            "global_batch": spec.train.micro_batch_size * spec.train.grad_accum * comm.world}
     engine.save_checkpoint(str(ckpt_dir), tag=tag, client_state=meta, save_latest=False)
     torch.save(rng_state(), ckpt_dir / tag / f"rng_rank{comm.rank}.pt")
     fault_point("kill_during_save", comm.rank)
@@ -100,23 +102,49 @@ def room_to_save(spec, model: torch.nn.Module, tracker, comm: Comm, step: int) -
     return comm.agree([ok], "min")[0] > 0
 
 
-def resume(engine, spec, comm: Comm) -> tuple[int, SamplerState]:
-    """The step and data position to start from: the named or newest complete checkpoint, else the beginning."""
+def zero_stage(spec) -> int:
+    return int(spec.deepspeed.get("zero_optimization", {}).get("stage", 0))
+
+
+def find_resume_point(spec, comm: Comm) -> ResumePoint | None:
+    """The named or newest complete checkpoint and how this layout loads it; None: start from the beginning.
+    Called before DeepSpeed is initialized, which must know whether it loads a universal checkpoint. When the
+    layout changed, rank 0 converts the checkpoint while the others wait."""
     ckpt_dir = spec.out_dir / "checkpoints"
-    named = spec.train.resume_tag
-    tag = named or ckpt.latest_complete(ckpt_dir)
+    tag = spec.train.resume_tag or ckpt.latest_complete(ckpt_dir)
     if tag is None:
+        return None
+    point = resume_point(ckpt_dir, tag, checked_meta(spec, ckpt_dir, tag), Layout(comm.world, zero_stage(spec)))
+    if point.reshaped:
+        error = None
+        if comm.rank == 0:
+            print(f"checkpoint {tag} was saved with {point.saved.describe()}, this run has {point.now.describe()}: "
+                  f"loading it through its universal form", flush=True)
+            try:
+                ensure_universal(ckpt_dir, tag)
+            except Exception as err:  # the others wait in the agreement below: they must hear of it, not hang
+                error = err
+        if comm.agree([1.0 if error else 0.0], "max")[0]:
+            raise RuntimeError(f"could not convert checkpoint {ckpt_dir / tag} to its universal form: "
+                               f"{type(error).__name__ if error else 'see rank 0'}: {error or ''}") from error
+    return point
+
+
+def resume(engine, spec, comm: Comm, point: ResumePoint | None) -> tuple[int, SamplerState]:
+    """The step and data position to start from: `point` (see find_resume_point), else the beginning."""
+    ckpt_dir = spec.out_dir / "checkpoints"
+    if point is None:
         return 0, with_skips(SamplerState(order=spec.data.data_order), spec.overrides.skip_ranges)
-    meta = checked_meta(spec, ckpt_dir, tag)
-    path, _ = engine.load_checkpoint(str(ckpt_dir), tag=tag)
+    meta = point.meta
+    path, _ = engine.load_checkpoint(str(ckpt_dir), tag=point.load_tag)
     if path is None:  # DeepSpeed returns (None, None) on a missing tag and would train from scratch
-        raise RuntimeError(f"DeepSpeed could not load complete checkpoint {ckpt_dir / tag}")
-    rng_file = ckpt_dir / tag / f"rng_rank{comm.rank}.pt"
-    if meta.get("world_size") == comm.world and rng_file.is_file():
+        raise RuntimeError(f"DeepSpeed could not load complete checkpoint {ckpt_dir / point.load_tag}")
+    rng_file = ckpt_dir / point.tag / f"rng_rank{comm.rank}.pt"
+    if point.saved.world_size == comm.world and rng_file.is_file():
         restore_rng(rng_file)
     if comm.rank == 0:
-        print(f"resumed from {tag} at step {meta['step']}", flush=True)
-    return meta["step"], with_skips(checked_position(meta, ckpt_dir / tag, spec), spec.overrides.skip_ranges)
+        print(f"resumed from {point.tag} at step {meta['step']}", flush=True)
+    return meta["step"], with_skips(checked_position(meta, ckpt_dir / point.tag, spec), spec.overrides.skip_ranges)
 
 
 def checked_position(meta: dict, ckpt_path: Path, spec) -> SamplerState:

@@ -5,6 +5,7 @@
     pretrain eval  --config configs/tiny.yaml [--checkpoint step_00000200]
     pretrain scaling --config configs/tiny.yaml
     pretrain plan --gpus 64 --days 14 --gpu H100 [--config X | --fit fit.json] [--tokens 2e11]
+    pretrain plan --cluster configs/500m.yaml [--busbw-gbps 12 --sample-ms 80]
 
 Each subcommand runs the same Prefect flow that the deployments run; without a
 Prefect server configured (PREFECT_API_URL), the CLI starts one temporary server

@@ -1,4 +1,5 @@
-"""`pretrain plan`: the compute-optimal model size and token count for a budget, under your fit or Chinchilla's."""
+"""`pretrain plan`: the compute-optimal model size and token count for a budget, under your fit or Chinchilla's;
+with --cluster, the communication plan of a config on its ranks."""
 from __future__ import annotations
 
 import json
@@ -13,6 +14,14 @@ def add_parser(sub) -> None:
     budget = p.add_mutually_exclusive_group(required=True)
     budget.add_argument("--flops", type=float, help="training FLOPs (6 N D)")
     budget.add_argument("--days", type=float, help="wall-clock days on --gpus GPUs (needs --gpus)")
+    budget.add_argument("--cluster", metavar="CONFIG", help="the communication plan of a pipeline config on its ranks: "
+                        "ZeRO stage, accumulation and buckets predicted from its preflight's measurements")
+    p.add_argument("--busbw-gbps", type=float, default=None, help="--cluster: bus bandwidth to plan with instead of "
+                   "preflight's (nccl-tests all_reduce across the nodes)")
+    p.add_argument("--sample-ms", type=float, default=None, help="--cluster: compute ms of one sample's forward and "
+                   "backward on one rank, instead of preflight's profiled steps")
+    p.add_argument("--memory-gb", type=float, default=None, help="--cluster: memory per rank; layouts above it are "
+                   "not chosen")
     p.add_argument("--gpus", type=int, help="GPUs on the cluster (for --days, and for the wall time of --flops)")
     p.add_argument("--gpu", default=None, help="GPU model for its peak bf16 TFLOP/s, e.g. H100, A800, 4090")
     p.add_argument("--peak-tflops", type=float, default=None, help="peak TFLOP/s per GPU (overrides --gpu)")
@@ -61,9 +70,51 @@ def resolve_inputs(args) -> dict:
     return {"fit": fit, "peak": peak, "peak_note": peak_note, "mfu": mfu, "mfu_note": mfu_note}
 
 
+def cluster_plan(config_path: str, busbw_gbps: float | None = None, sample_ms: float | None = None,
+                 memory_gb: float | None = None):
+    """The plan of a pipeline config on its ranks (after the nodes its preflight dropped), from its preflight's
+    measurements, each replaceable by a figure of the user's. The vocabulary: the trained tokenizer's, else the
+    config's vocab_size + reserved_tokens, padded as the tokenizer stage pads it."""
+    from pretrain.config import embedding_rows, load_config
+    from tasks.preflight.suite import without_dropped_nodes
+    from tasks.train.comm_plan import Measured, make_plan, measured, ranks_of
+
+    cfg = without_dropped_nodes(load_config(config_path))
+    root = cfg.run_root_path()
+    report = root / "tokenizer" / "report.json"
+    tok = cfg.tokenizer
+    rows = json.loads(report.read_text())["embedding_rows"] if report.is_file() else \
+        embedding_rows(tok.vocab_size + tok.reserved_tokens, tok.pad_to_multiple)
+    found = measured(root / "preflight")
+    if busbw_gbps or sample_ms:
+        if found is None and not (busbw_gbps and sample_ms):
+            raise ValueError(f"{root / 'preflight'} holds no measurement to complete yours: pass both "
+                             f"--busbw-gbps and --sample-ms, or run preflight first")
+        found = Measured(busbw_gbps or found.busbw_gbps, "--busbw-gbps" if busbw_gbps else found.busbw_source,
+                         sample_ms / 1e3 if sample_ms else found.compute_s_per_sample,
+                         "--sample-ms" if sample_ms else found.compute_source,
+                         found.profile_comm_share if found else None)
+    return make_plan(cfg.model, cfg.train, rows, ranks_of(cfg.train), found, memory_gb)
+
+
+def run_comm_plan(args) -> int:
+    """`pretrain plan --cluster CONFIG`: every candidate layout predicted, and the choice the train stage makes."""
+    from tasks.train.comm_plan import render
+
+    try:
+        plan = cluster_plan(args.cluster, args.busbw_gbps, args.sample_ms, args.memory_gb)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"error: {err}")
+        return 2
+    print(plan.to_json() if args.json else render(plan))
+    return 0
+
+
 def run_plan(args) -> int:
     from tasks.scaling.plan import budget_from_cluster, human, load_law, plan, wall_days
 
+    if args.cluster:
+        return run_comm_plan(args)
     try:
         inputs = resolve_inputs(args)
         law = load_law(inputs["fit"], args.law)

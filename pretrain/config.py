@@ -469,6 +469,9 @@ class RecoveryConfig(Strict):
     lr_factor: float = Field(0.5, gt=0, le=1, description="a third spike in one region: the learning rate is multiplied by this")
     max_rollbacks: int = Field(5, ge=0, description="then the flow fails with a report for a person")
     max_crash_retries: int = Field(3, ge=0, description="resumes after crashes that are not anomalies (a killed rank, a lost node)")
+    drop_lost_nodes: bool = Field(True, description="before each relaunch, probe the nodes (as preflight does) and "
+                                  "leave out those that fail: training goes on from the last complete checkpoint on "
+                                  "the ranks left (with grad_accum: auto, at the same global batch)")
     keep_abandoned: int = Field(1, ge=0, description="checkpoints set aside by rollbacks (<tag>.abandoned-<n>) that are "
                                 "kept, newest first; older ones are deleted (each is as large as a live checkpoint)")
 
@@ -476,14 +479,26 @@ class RecoveryConfig(Strict):
 class TrainConfig(Strict):
     seq_len: int = Field(gt=0)
     micro_batch_size: int = Field(gt=0, description="samples per rank per micro step")
-    grad_accum: int = Field(1, gt=0)
+    grad_accum: PositiveInt | Literal["auto"] = Field(1, description="micro steps per optimizer step; auto: "
+                                                       "train.global_batch_size / (micro_batch_size x ranks), so the "
+                                                       "batch stays when the number of ranks changes")
+    global_batch_size: PositiveInt | None = Field(None, description="samples per optimizer step, with grad_accum: "
+                                                  "auto; a multiple of micro_batch_size x ranks")
     steps: int = Field(gt=0, description="optimizer steps")
     lr: float = Field(3e-4, gt=0)
     min_lr: float = Field(3e-5, ge=0)
     warmup_steps: int = Field(10, ge=0)
     weight_decay: float = Field(0.1, ge=0)
     grad_clip: float = Field(1.0, gt=0)
-    zero_stage: Literal[0, 1, 2, 3] = 1
+    zero_stage: Literal[0, 1, 2, 3, "auto"] = Field(1, description="ZeRO stage; auto: the fastest that fits, "
+                                                   "predicted from preflight's measured bandwidth and step time "
+                                                   "(tasks/train/comm_plan.py; `pretrain plan --cluster` prints it)")
+    bucket_size: PositiveInt | Literal["auto"] = Field("auto", description="elements per gradient-reduce and "
+                                                       "all-gather bucket; auto: the predicted best cut of the model "
+                                                       "(DeepSpeed's own 5e8 holds all gradients of a 0.1-1B model, "
+                                                       "so none is reduced during the backward pass)")
+    overlap_comm: bool = Field(True, description="reduce gradient buckets during the backward pass (GPUs; gloo "
+                               "runs collectives inline)")
     precision: Literal["fp32", "bf16"] = "bf16"
     activation_checkpointing: bool = False
     compile: bool = Field(False, description="torch.compile each transformer block (in place: checkpoints and the "
@@ -527,6 +542,9 @@ class TrainConfig(Strict):
     stop_grace_s: float = Field(300.0, gt=0, description="on SIGTERM (a Prefect cancel), how long the ranks get to "
                                 "save a checkpoint and stop before they are killed", json_schema_extra=NO_EFFECT)
     log_every: int = Field(1, gt=0, json_schema_extra=NO_EFFECT)
+    comm_profile_every: int = Field(200, ge=0, description="profile one step in this many and log its measured "
+                                    "communication time and share (comm_s, comm_share) next to the communication "
+                                    "plan's prediction; 0: never", json_schema_extra=NO_EFFECT)
     seed: int = 1234
     data_order: Literal["feistel", "numpy_shuffle"] = Field(
         "feistel", description="position -> sample: a Feistel permutation per pool and epoch, computed per position "
@@ -578,6 +596,18 @@ class TrainConfig(Strict):
         names = [h.name for h in self.hosts]
         if len(set(names)) != len(names):
             raise ValueError(f"train.hosts names a node twice: {names}")
+        return self
+
+    @model_validator(mode="after")
+    def _one_batch_rule(self) -> "TrainConfig":
+        if self.grad_accum == "auto" and self.global_batch_size is None:
+            raise ValueError("train.grad_accum: auto needs train.global_batch_size (samples per optimizer step)")
+        if self.grad_accum != "auto" and self.global_batch_size is not None:
+            raise ValueError(f"train.global_batch_size={self.global_batch_size} with train.grad_accum="
+                             f"{self.grad_accum}: set train.grad_accum: auto to derive it, or drop global_batch_size")
+        if self.global_batch_size is not None and self.global_batch_size % self.micro_batch_size:
+            raise ValueError(f"train.global_batch_size={self.global_batch_size} is not a multiple of "
+                             f"train.micro_batch_size={self.micro_batch_size}")
         return self
 
     @model_validator(mode="after")

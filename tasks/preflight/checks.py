@@ -26,15 +26,16 @@ class Check:
     measured: str
     expected: str
     detail: str = ""
+    value: float | None = None  # the measurement as a number, for what reads the report (the communication plan)
 
 
 def graded(name: str, value: float, unit: str, limits: dict | None, key: str, detail: str = "",
            scale: float = 1.0) -> Check:
     """A measurement graded by the profile; without an expectation for it the check just reports it."""
     if limits is None:
-        return Check(name, PASS, f"{value:g} {unit}", "reported (no expectation in this profile)", detail)
+        return Check(name, PASS, f"{value:g} {unit}", "reported (no expectation in this profile)", detail, value)
     status, expected = grade(value, limits, key, scale)
-    return Check(name, status, f"{value:g} {unit}", f"{expected} {unit}", detail)
+    return Check(name, status, f"{value:g} {unit}", f"{expected} {unit}", detail, value)
 
 
 def check_disk(path: Path, min_free_gb: float, name: str = "free_disk_run_root") -> Check:

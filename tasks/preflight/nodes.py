@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 
 from pretrain import PROJECT_ROOT
-from pretrain.config import HostConfig, PipelineConfig
+from pretrain.config import HostConfig, PipelineConfig, TrainConfig
 from tasks.train.launch import cluster_hosts, on_node, write_hostfile
 from tasks.preflight.checks import FAIL, PASS, WARN, Check
 
@@ -97,3 +97,21 @@ def run_node_checks(cfg: PipelineConfig, run_root: Path, out_dir: Path, timeout_
                 c.status, c.detail = WARN, f"{c.detail}; node dropped from the hostfile".lstrip("; ")
     return checks, {"hosts": [h.name for h in kept], "dropped": dropped,
                     "hostfile": str(out_dir / PREFLIGHT_HOSTFILE)}
+
+
+def surviving_nodes(cfg: PipelineConfig, train: TrainConfig, run_root: Path, log_line=print,
+                    timeout_s: float = 60) -> TrainConfig:
+    """Before a relaunch: `train` without the nodes that now fail their probe (lost since the last launch), so the
+    run goes on without a person on the ones left. All failing leaves the settings as they are: then the relaunch
+    fails and says why."""
+    if len(cluster_hosts(train)) < 2:
+        return train
+    probe = cfg.model_copy(update={"train": train, "preflight": cfg.preflight.model_copy(
+        update={"drop_failing_nodes": True})})
+    checks, nodes = run_node_checks(probe, run_root, run_root / "train" / "relaunch", timeout_s)
+    if not nodes["dropped"]:
+        return train
+    why = "; ".join(f"{c.name}: {c.measured}" for c in checks if c.status == WARN and "dropped" in c.detail)
+    log_line(f"relaunch without node(s) {nodes['dropped']} ({why}); on {nodes['hosts']}")
+    kept = [h for h in cluster_hosts(train) if h.name not in nodes["dropped"]]
+    return train.model_copy(update={"hosts": kept, "hostfile": None})

@@ -1,9 +1,11 @@
 """The whole preflight: node probes, the local checks, the profiled run, and the gate over them; and what it dropped."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Callable
 
+from model.comm_profile import PROFILE_FILE
 from pretrain.config import PipelineConfig
 from tasks.common.outputs import read_json
 from tasks.preflight.checks import gate, reported_only, run_checks
@@ -18,7 +20,30 @@ def run_preflight(cfg: PipelineConfig, run_root: Path, log_line: Callable[[str],
     checks = run_checks(cfg.preflight, run_root, nodes=max(1, len(nodes["hosts"]))) + node_checks
     if cfg.preflight.comm_profile_steps:
         checks.append(check_comm_share(cfg, run_root, log_line))
-    return {**gate(reported_only(checks, cfg.preflight.report_only), cfg.preflight.ignore_failures), "nodes": nodes}
+    report = {**gate(reported_only(checks, cfg.preflight.report_only), cfg.preflight.ignore_failures), "nodes": nodes}
+    return {**report, "comm_plan": planned(cfg, run_root, report["checks"], nodes["dropped"], log_line)}
+
+
+def planned(cfg: PipelineConfig, run_root: Path, checks: list[dict], dropped: list[str],
+            log_line: Callable[[str], None]) -> dict | None:
+    """The communication plan from what was just measured, on the nodes training will use; printed and kept in the
+    report. None without a profiled run (preflight.comm_profile_steps: 0) or a trained tokenizer."""
+    from tasks.train.comm_plan import make_plan, measured_from, ranks_of, render
+
+    profile = run_root / "preflight" / "profile" / PROFILE_FILE
+    tokenizer = run_root / "tokenizer" / "report.json"
+    if not (profile.is_file() and tokenizer.is_file()):
+        return None
+    train = without_nodes(cfg, set(dropped)).train
+    try:
+        plan = make_plan(cfg.model, train, read_json(tokenizer)["embedding_rows"], ranks_of(train),
+                         measured_from(checks, read_json(profile)))
+    except ValueError as err:  # e.g. a global batch that does not divide over the ranks left
+        log_line(f"communication plan: {err}")
+        return {"error": str(err)}
+    for line in render(plan).splitlines():
+        log_line(line)
+    return {**json.loads(plan.to_json()), "table": render(plan)}
 
 
 def without_dropped_nodes(cfg: PipelineConfig) -> PipelineConfig:
@@ -27,8 +52,13 @@ def without_dropped_nodes(cfg: PipelineConfig) -> PipelineConfig:
     if not report.is_file():
         return cfg
     dropped = set(read_json(report).get("nodes", {}).get("dropped", []))
+    if dropped:
+        print(f"training without the nodes preflight dropped: {sorted(dropped)}")
+    return without_nodes(cfg, dropped)
+
+
+def without_nodes(cfg: PipelineConfig, dropped: set[str]) -> PipelineConfig:
     if not dropped:
         return cfg
     kept = [h for h in cluster_hosts(cfg.train) if h.name not in dropped]
-    print(f"training without the nodes preflight dropped: {sorted(dropped)}; on {[h.name for h in kept]}")
     return cfg.model_copy(update={"train": cfg.train.model_copy(update={"hosts": kept, "hostfile": None})})

@@ -46,9 +46,11 @@ def shape(dim: int) -> dict:
 
 
 def tokens_per_step(cfg: PipelineConfig) -> int:
+    from tasks.train.comm_plan import grad_accum_for, ranks_of
+
     t = cfg.train
-    ranks = t.num_gpus * max(1, len(t.hosts))
-    return t.seq_len * t.micro_batch_size * t.grad_accum * ranks
+    ranks = ranks_of(t)
+    return t.seq_len * t.micro_batch_size * grad_accum_for(t, ranks) * ranks
 
 
 def plan_grid(cfg: PipelineConfig) -> tuple[list[GridPoint], list[dict]]:

@@ -26,9 +26,12 @@ def run_monitored(model: ModelConfig, train: TrainConfig, tokenizer_dir: Path, t
                   mlflow_env: dict[str, str], log_line: Callable[[str], None] = print,
                   on_decision: Callable[[Decision], None] = lambda d: None,
                   rollback: Callable[[Decision, Path], list[str]] = roll_back,
-                  env_for_attempt: Callable[[int], dict[str, str]] | None = None) -> dict:
+                  env_for_attempt: Callable[[int], dict[str, str]] | None = None,
+                  relaunch_on: Callable[[TrainConfig], TrainConfig] | None = None) -> dict:
     """Train; after each early end act on the recovery decision (rollback: the `rollback` hook, which the
-    Prefect flow runs as a sub-flow), record it, and relaunch, until done or the policy gives up."""
+    Prefect flow runs as a sub-flow), record it, and relaunch, until done or the policy gives up. `relaunch_on`
+    gives the settings of each relaunch the nodes it may use (the flow leaves out nodes lost since the last
+    launch: the checkpoint then resumes on fewer ranks, model/reshape.py)."""
     skip_ranges, lr_scale, attempt_train = [], 1.0, train
     attempt = 0
     while True:
@@ -54,7 +57,9 @@ def run_monitored(model: ModelConfig, train: TrainConfig, tokenizer_dir: Path, t
                 decision.abandoned = rollback(decision, out_dir)
                 skip_ranges = sorted([*skip_ranges, decision.skip])
                 lr_scale = decision.lr_scale
-            attempt_train = train.model_copy(update={"resume_tag": None})  # `latest` names where to go on from
+            attempt_train = attempt_train.model_copy(update={"resume_tag": None})  # `latest` names where to go on
+            if relaunch_on is not None:
+                attempt_train = relaunch_on(attempt_train)
             record(out_dir, decision)
             log_line(f"recovery: {decision.action} from {decision.checkpoint or 'the start'}"
                      + (f", skipping positions {decision.skip[0]}..{decision.skip[1]}" if decision.skip else "")

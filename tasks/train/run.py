@@ -26,6 +26,7 @@ from tasks.train.launch import (LaunchFailed, RemoteRanks, env_with_file, hostfi
                           on_node, read_hostfile, run_nodes, secrets_for_ranks, sigterm_kills)
 from tasks.common.ports import free_port
 from tasks.train.rendezvous import PortUnavailable, is_local, master_port
+from tasks.train.comm_plan import plan_launch, render
 from tasks.train.spec import write_spec
 
 
@@ -181,8 +182,15 @@ def remove_stale_shm_buffers(shm: Path = Path("/dev/shm"), min_age_s: float = 12
 def run_train(model: ModelConfig, train: TrainConfig, tokenizer_dir: Path, tokens_dir: Path, out_dir: Path,
               mlflow_env: dict[str, str], log_line: Callable[[str], None] = print,
               overrides: Overrides = Overrides()) -> dict:
-    """One launch of the training program on the configured ranks; its result, or TrainingFailed saying why."""
-    spec_path = write_spec(model, train, tokenizer_dir, tokens_dir, out_dir, overrides)
+    """One launch of the training program on the configured ranks; its result, or TrainingFailed saying why.
+    The `auto` settings are settled first by the communication plan, which is logged and kept in comm_plan.json."""
+    try:
+        train, plan = plan_launch(model, train, tokenizer_dir, out_dir)
+    except ValueError as err:  # a batch that does not divide over these ranks: a retry will not help
+        raise TrainingFailed(f"training not launched: {err}", EXIT_CONFIG) from None
+    for line in render(plan).splitlines():
+        log_line(line)
+    spec_path = write_spec(model, train, tokenizer_dir, tokens_dir, out_dir, overrides, plan.chosen)
     if removed := remove_stale_shm_buffers():
         log_line(f"removed {len(removed)} DeepSpeed buffer(s) of dead runs from /dev/shm")
     tail: deque = deque(maxlen=200)

@@ -20,7 +20,7 @@ def deepspeed_config(t: TrainConfig) -> dict:
         "gradient_clipping": t.grad_clip,
         "optimizer": {"type": "AdamW", "params": {"lr": t.lr, "betas": [0.9, 0.95], "eps": 1e-8,
                                                   "weight_decay": t.weight_decay}},
-        "zero_optimization": {"stage": t.zero_stage},
+        "zero_optimization": zero_settings(t),
         "bf16": {"enabled": t.precision == "bf16"},
         "steps_per_print": 10**9,  # the program prints its own progress
         "wall_clock_breakdown": False,
@@ -28,6 +28,17 @@ def deepspeed_config(t: TrainConfig) -> dict:
     if t.accelerator == "cpu":
         cfg["zero_allow_untested_optimizer"] = True
     return cfg  # which AdamW implementation is decided on the ranks (model/optimizer.py), where DeepSpeed runs
+
+
+def zero_settings(t: TrainConfig) -> dict:
+    """The ZeRO section of a settled config (no `auto` left: tasks/train/comm_plan.py settles them)."""
+    if "auto" in (t.zero_stage, t.grad_accum, t.bucket_size):
+        raise ValueError("train settings still hold `auto`; settle them with tasks.train.comm_plan.plan_launch first")
+    zero = {"stage": t.zero_stage, "reduce_bucket_size": t.bucket_size, "allgather_bucket_size": t.bucket_size,
+            "overlap_comm": t.overlap_comm and t.accelerator == "cuda"}  # gloo runs collectives inline anyway
+    if t.zero_stage == 3:
+        zero["stage3_prefetch_bucket_size"] = t.bucket_size
+    return zero
 
 
 def model_args(m: ModelConfig, tokenizer_report: dict) -> ModelArgs:
@@ -50,17 +61,17 @@ def detector_settings(t: TrainConfig) -> DetectorSettings | None:
 
 
 def build_spec(model: ModelConfig, train: TrainConfig, tokenizer_dir: Path, tokens_dir: Path, out_dir: Path,
-               overrides: Overrides = Overrides()) -> Spec:
+               overrides: Overrides = Overrides(), comm_prediction: dict | None = None) -> Spec:
     require_complete(tokens_dir, "tokenize")
     require_complete(tokenizer_dir, "tokenizer")
     return Spec(model_args(model, read_json(tokenizer_dir / "report.json")), train_spec(train),
                 data_spec(train, tokens_dir), detector_settings(train), overrides, deepspeed_config(train),
-                out_dir, read_manifest(tokens_dir)["version"])
+                out_dir, read_manifest(tokens_dir)["version"], comm_prediction)
 
 
 def write_spec(model: ModelConfig, train: TrainConfig, tokenizer_dir: Path, tokens_dir: Path, out_dir: Path,
-               overrides: Overrides = Overrides()) -> Path:
-    spec = build_spec(model, train, tokenizer_dir, tokens_dir, out_dir, overrides)
+               overrides: Overrides = Overrides(), comm_prediction: dict | None = None) -> Path:
+    spec = build_spec(model, train, tokenizer_dir, tokens_dir, out_dir, overrides, comm_prediction)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / SPEC_FILE
     path.write_text(spec.to_json())

@@ -22,3 +22,39 @@ def test_comm_share_of_two_cpu_ranks(prepared_run):
 
 def test_comm_share_waits_for_tokens(tiny_cfg, tmp_path):
     assert check_comm_share(tiny_cfg, tmp_path).status == NOT_AVAILABLE
+
+
+def test_preflight_plans_the_auto_settings_and_training_logs_measured_next_to_predicted(prepared_run, tmp_path):
+    from dataclasses import asdict
+
+    from model.protocol import read_jsonl
+    from tasks.preflight.checks import check_allreduce
+    from tasks.preflight.suite import planned
+    from tasks.train.run import run_train
+
+    cfg, root = prepared_run
+    run_root = tmp_path / "run"
+    run_root.mkdir()
+    for stage in ("clean", "tokenizer", "tokens"):
+        (run_root / stage).symlink_to(root / stage)
+    cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={
+        "zero_stage": "auto", "bucket_size": "auto", "grad_accum": "auto", "global_batch_size": 16,
+        "micro_batch_size": 2, "comm_profile_every": 2, "steps": 4, "save_every": 4})})
+    checks = [asdict(check_allreduce(cfg.preflight, None)), asdict(check_comm_share(cfg, run_root))]
+    assert checks[0]["value"] > 0  # the probe's bus bandwidth, as a number the plan reads
+    lines = []
+    plan = planned(cfg, run_root, checks, [], lines.append)
+    assert len(plan["rows"]) == 3 * 2 and plan["choice"]["grad_accum"] == 4 and "choice: ZeRO-" in plan["table"]
+    assert any(line.startswith("communication plan for 2 rank(s)") for line in lines)
+    (run_root / "preflight" / "report.json").write_text(json.dumps({"checks": checks}))
+
+    run_train(cfg.model, cfg.train, run_root / "tokenizer", run_root / "tokens", run_root / "train", {}, lines.append)
+    kept = json.loads((run_root / "train" / "comm_plan.json").read_text())
+    assert kept["choice"] == plan["choice"] and kept["chosen"]["comm_share"] > 0
+    metrics = {m["step"]: m for m in read_jsonl(run_root / "train" / "metrics.jsonl")}
+    for step in (2, 4):  # one step in comm_profile_every is profiled
+        m = metrics[step]
+        assert 0 < m["comm_share"] < 1 and m["comm_s"] > 0
+        assert m["predicted_comm_share"] == kept["chosen"]["comm_share"]
+        assert m["predicted_step_s"] == kept["chosen"]["step_s"]
+    assert "comm_s" not in metrics[1] and "comm_s" not in metrics[3]

@@ -120,8 +120,12 @@ def test_crash_is_reported_with_log_and_checkpoint(prepared_run, tmp_path):
 
 
 def test_deepspeed_config_and_command(tiny_cfg, tmp_path):
-    ds = deepspeed_config(tiny_cfg.train)
-    assert ds["zero_optimization"]["stage"] == 1 and ds["bf16"]["enabled"] is False
+    with pytest.raises(ValueError, match="still hold `auto`"):
+        deepspeed_config(tiny_cfg.train)  # the bucket size is auto until the communication plan settles it
+    ds = deepspeed_config(tiny_cfg.train.model_copy(update={"bucket_size": 2_000_000}))
+    assert ds["zero_optimization"] == {"stage": 1, "reduce_bucket_size": 2_000_000, "allgather_bucket_size": 2_000_000,
+                                       "overlap_comm": False}  # CPU ranks: gloo overlaps nothing
+    assert ds["bf16"]["enabled"] is False
     assert ds["train_micro_batch_size_per_gpu"] == tiny_cfg.train.micro_batch_size
     cmd = launcher_command(tiny_cfg.train, tmp_path / "spec.json", port=29555)
     assert cmd[-4:] == ["--module", "model.train", "--spec", str(tmp_path / "spec.json")]

@@ -1,0 +1,82 @@
+"""The communication model: traffic per ZeRO stage, overlap by bucket size, memory per rank, and the choice."""
+import pytest
+
+from tasks.train.comm_model import (DEEPSPEED_BUCKET, Cluster, Layout, ModelSize, best, bucket_candidates, comm_bound,
+                                    comm_times, memory_gb, predict)
+
+M125 = ModelSize(params=125_000_000, layers=12, dim=768, seq_len=2048)
+
+
+def cluster(busbw=10.0, overlaps=False, latency=0.0, memory=None, ranks=8):
+    return Cluster(ranks=ranks, busbw_gbps=busbw, latency_s=latency, compute_s_per_sample=0.05, overlaps=overlaps,
+                   memory_gb=memory)
+
+
+@pytest.mark.parametrize("stage,g,passes", [(0, 4, 2), (1, 4, 2), (2, 4, 5), (3, 4, 12), (2, 1, 2), (3, 1, 3)])
+def test_traffic_per_step_is_the_zero_papers(stage, g, passes):
+    # 2M for ZeRO-0/1, (G+1)M for ZeRO-2, 3GM for ZeRO-3: bytes (n-1)/n over the bus bandwidth
+    c = cluster()
+    total, exposed = comm_times(M125, Layout(stage, 1, g, DEEPSPEED_BUCKET), c, 0.05)
+    one_pass = M125.params * 2 * (c.ranks - 1) / c.ranks / 10e9
+    assert total == pytest.approx(passes * one_pass)
+    assert exposed == pytest.approx(total)  # nothing overlaps without overlap
+
+
+def test_a_bucket_holding_every_gradient_overlaps_nothing_and_a_cut_one_does():
+    c = cluster(busbw=50.0, overlaps=True)
+    whole = predict(M125, Layout(2, 4, 1, DEEPSPEED_BUCKET), c)
+    cut = predict(M125, Layout(2, 4, 1, M125.params // 8), c)
+    assert whole.comm_s == pytest.approx(cut.comm_s)
+    gather = whole.comm_s / 2  # ZeRO-2, G=1: one reduce-scatter and one all-gather of the same size
+    assert whole.exposed_comm_s == pytest.approx(whole.comm_s)
+    # the backward (2/3 of 0.2 s) hides all but the last of 8 buckets of the reduce; the gather stays exposed
+    assert cut.exposed_comm_s == pytest.approx(gather + gather / 8)
+    assert cut.step_s < whole.step_s
+
+
+def test_latency_is_paid_per_bucket():
+    c = cluster(latency=1e-3)
+    few, many = (comm_times(M125, Layout(1, 1, 1, b), c, 0.05)[0] for b in (DEEPSPEED_BUCKET, 1_000_000))
+    assert many - few == pytest.approx((125 - 1) * 2 * 1e-3)  # 125 buckets instead of 1, for reduce and gather
+
+
+def test_memory_per_rank_falls_with_the_stage():
+    layouts = [Layout(s, 1, 1, 10**6) for s in range(4)]
+    mem = [memory_gb(M125, layout, 8) for layout in layouts]
+    assert mem[0] > mem[1] > mem[2] > mem[3]
+    no_activations = ModelSize(M125.params, 0, 0, 0)
+    assert memory_gb(no_activations, Layout(0, 1, 1, 1), 8) == pytest.approx((16 * M125.params + 4) / 1e9)
+    assert memory_gb(no_activations, Layout(3, 1, 1, 1), 8) == pytest.approx((2 * M125.params + 4) / 1e9)
+
+
+def test_slow_links_choose_zero_1_and_say_more_nodes_will_not_help():
+    slow = cluster(busbw=0.025)  # 200 Mbit/s
+    rows = [predict(M125, Layout(s, 4, 4, b), slow) for s in (1, 2, 3) for b in bucket_candidates(M125.params)]
+    chosen = best(rows)
+    assert chosen.layout.zero_stage == 1 and comm_bound(chosen)
+    fast = cluster(busbw=400.0, overlaps=True)
+    chosen = best([predict(M125, Layout(s, 4, 4, b), fast) for s in (1, 2, 3) for b in bucket_candidates(M125.params)])
+    assert not comm_bound(chosen) and chosen.layout.bucket < M125.params
+
+
+def test_the_choice_only_takes_layouts_that_fit():
+    tight = cluster(memory=1.0)  # ZeRO-0/1 of 125M need 2 GB and more; ZeRO-3 about 0.3 GB plus activations
+    rows = [predict(M125, Layout(s, 1, 1, 10**6), tight) for s in (1, 2, 3)]
+    assert [r.fits for r in rows] == [False, False, True] and best(rows).layout.zero_stage == 3
+    with pytest.raises(ValueError, match="activation_checkpointing"):
+        best([predict(M125, Layout(1, 1, 1, 10**6), cluster(memory=0.1))])
+
+
+def test_bucket_candidates_cut_the_model_and_keep_deepspeeds_default():
+    assert bucket_candidates(125_000_000) == [DEEPSPEED_BUCKET, 31_250_000, 15_625_000, 7_812_500]
+    assert min(bucket_candidates(2_000_000)) == 1_000_000
+
+
+@pytest.mark.parametrize("busbw", [0.025, 0.25, 3.0, 50.0])
+@pytest.mark.parametrize("overlaps", [True, False])
+def test_exposed_communication_is_never_more_than_all_of_it(busbw, overlaps):
+    c = cluster(busbw=busbw, overlaps=overlaps, latency=1e-4)
+    for stage in range(4):
+        for bucket in bucket_candidates(M125.params):
+            p = predict(M125, Layout(stage, 4, 4, bucket), c)
+            assert 0 <= p.exposed_comm_s <= p.comm_s + 1e-12 and p.step_s >= p.compute_s

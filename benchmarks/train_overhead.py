@@ -27,14 +27,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import yaml  # noqa: E402
-
 from benchmarks._corpus import benchmark_parser  # noqa: E402
+from benchmarks._demo_run import demo_config, prepare  # noqa: E402
 from model.protocol import read_jsonl  # noqa: E402
-from pretrain.config import parse_config  # noqa: E402
-from tasks.clean.stage import run_clean  # noqa: E402
-from tasks.tokenize import run_tokenize  # noqa: E402
-from tasks.tokenizer.train import run_tokenizer  # noqa: E402
 from tasks.common.ports import free_port  # noqa: E402
 from tasks.train.run import launcher_env, remove_shm_buffers, run_train  # noqa: E402
 
@@ -42,13 +37,8 @@ SKIP = 5
 
 
 def config(tmp: Path, dim: int, steps: int):
-    data = yaml.safe_load((ROOT / "configs" / "tiny.yaml").read_text())
-    data["run_root"] = str(tmp)
-    data["clean"]["sources"] = [{"path": str(ROOT / "demo/corpus/paragraphs.jsonl"), "name": "demo", "id_field": "id"}]
-    data["model"] = {"dim": dim, "n_layers": 4, "n_heads": 8, "n_kv_heads": 4, "ffn_hidden": dim * 8 // 3 // 64 * 64,
-                     "max_seq_len": 256}
-    data["train"].update(steps=steps, save_every=steps, log_every=1, seq_len=256, micro_batch_size=4, grad_accum=1)
-    return parse_config(data)
+    return demo_config(tmp, dim, 256, {"steps": steps, "save_every": steps, "log_every": 1, "seq_len": 256,
+                                       "micro_batch_size": 4, "grad_accum": 1})
 
 
 def program_steps(cfg, tmp: Path, k: int) -> list[float]:
@@ -83,9 +73,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="train-bench-"))
     try:
         cfg = config(tmp, args.dim, args.steps)
-        run_clean(cfg.clean, tmp / "clean")
-        run_tokenizer(cfg.tokenizer, tmp / "clean", tmp / "tokenizer")
-        run_tokenize(cfg.tokenize, tmp / "clean", tmp / "tokenizer", tmp / "tokens")
+        prepare(cfg, tmp)
         tokens_per_step = cfg.train.micro_batch_size * cfg.train.num_gpus * cfg.train.grad_accum * cfg.train.seq_len
         program, bare, round_ratios = [], [], []
         for k in range(args.rounds):  # alternate, so drift on a shared machine hits both

@@ -7,7 +7,6 @@ cluster: DeepSpeed's pdsh launcher, the per-node `--no_ssh` launchers through
 `ip netns`, sshd and pdsh (`.ci/run` installs them); skips naming what is missing.
 """
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -23,73 +22,7 @@ from tasks.train.run import TrainingFailed, run_train
 
 pytestmark = pytest.mark.slow
 
-BRIDGE, SUBNET = "ptbr0", "10.77.0"
-HOSTS = [f"{SUBNET}.11", f"{SUBNET}.12"]
-DOWN = f"{SUBNET}.13"  # on the bridge's subnet, nobody there
-
-
-def missing() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root (network namespaces)"
-    for tool in ("/usr/sbin/sshd", "/usr/bin/pdsh", "/usr/bin/ssh-keygen"):
-        if not Path(tool).exists():
-            return f"{tool} is not installed (apt-get install openssh-server pdsh)"
-    probe = subprocess.run(["ip", "netns", "add", "pt-probe"], capture_output=True, text=True)
-    if probe.returncode != 0:
-        return f"cannot make a network namespace: {probe.stderr.strip()}"
-    subprocess.run(["ip", "netns", "del", "pt-probe"], capture_output=True)
-    return None
-
-
-def sh(*cmd: str) -> None:
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
-
-
-def make_hosts() -> None:
-    teardown_hosts()
-    sh("ip", "link", "add", BRIDGE, "type", "bridge")
-    sh("ip", "addr", "add", f"{SUBNET}.1/24", "dev", BRIDGE)
-    sh("ip", "link", "set", BRIDGE, "up")
-    for k, address in enumerate(HOSTS):
-        ns = f"pthost{k}"
-        sh("ip", "netns", "add", ns)
-        sh("ip", "link", "add", f"{ns}-v", "type", "veth", "peer", "name", "eth0", "netns", ns)
-        sh("ip", "link", "set", f"{ns}-v", "master", BRIDGE, "up")
-        sh("ip", "-n", ns, "addr", "add", f"{address}/24", "dev", "eth0")
-        sh("ip", "-n", ns, "link", "set", "eth0", "up")
-        sh("ip", "-n", ns, "link", "set", "lo", "up")
-
-
-def teardown_hosts() -> None:
-    for k in range(len(HOSTS)):
-        subprocess.run(["ip", "netns", "del", f"pthost{k}"], capture_output=True)
-    subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True)
-
-
-def start_sshds(folder: Path) -> list[subprocess.Popen]:
-    """An sshd per host, keys made here; an `ssh` on PATH that uses them (DeepSpeed and pdsh call plain ssh)."""
-    for key in ("client", "host"):
-        sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(folder / key))
-    shutil.copy(folder / "client.pub", folder / "authorized_keys")
-    (folder / "sshd_config").write_text(
-        f"HostKey {folder / 'host'}\nAuthorizedKeysFile {folder / 'authorized_keys'}\nPermitRootLogin prohibit-password\n"
-        "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nPidFile none\n")
-    (folder / "ssh_config").write_text(
-        f"Host *\n  IdentityFile {folder / 'client'}\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n"
-        "  LogLevel ERROR\n  BatchMode yes\n  ConnectTimeout 5\n")
-    bin_dir = folder / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "ssh").write_text(f'#!/bin/sh\nexec /usr/bin/ssh -F {folder / "ssh_config"} "$@"\n')
-    (bin_dir / "ssh").chmod(0o755)
-    Path("/run/sshd").mkdir(exist_ok=True)
-    daemons = [subprocess.Popen(["ip", "netns", "exec", f"pthost{k}", "/usr/sbin/sshd", "-D", "-e", "-f",
-                                 str(folder / "sshd_config"), "-o", f"ListenAddress={address}"],
-                                stderr=subprocess.DEVNULL) for k, address in enumerate(HOSTS)]
-    deadline = time.time() + 20
-    while any(subprocess.run([str(bin_dir / "ssh"), a, "true"], capture_output=True).returncode for a in HOSTS):
-        assert time.time() < deadline, "the sshds did not come up"
-        time.sleep(0.3)
-    return daemons
+from benchmarks._two_hosts import DOWN, HOSTS, hosts_up, missing, sh
 
 
 @pytest.fixture(scope="module")
@@ -97,21 +30,8 @@ def two_hosts(tmp_path_factory):
     reason = missing()
     if reason:
         pytest.skip(reason)
-    folder = tmp_path_factory.mktemp("hosts")
-    make_hosts()
-    daemons = []
-    saved = {k: os.environ.get(k) for k in ("PATH", "GLOO_SOCKET_IFNAME")}
-    try:
-        daemons = start_sshds(folder)
-        os.environ["PATH"] = f"{folder / 'bin'}{os.pathsep}{os.environ['PATH']}"
-        os.environ["GLOO_SOCKET_IFNAME"] = "eth0"  # the ranks' interface in their namespace
+    with hosts_up(tmp_path_factory.mktemp("hosts")) as folder:
         yield folder
-    finally:
-        for k, v in saved.items():
-            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
-        for d in daemons:
-            d.terminate()
-        teardown_hosts()
 
 
 def namespace_pids(k: int) -> set[int]:
@@ -225,3 +145,37 @@ def test_node_probes_run_on_each_host_over_ssh(two_hosts, tmp_path):
     for host in HOSTS:
         assert status[f"node_reachable[{host}]"] == PASS and status[f"shared_storage[{host}]"] == PASS
     assert status[f"node_reachable[{DOWN}]"] == FAIL
+
+
+def test_a_node_lost_mid_run_is_left_out_and_training_goes_on_without_a_person(two_hosts, prepared_run, tmp_path):
+    """Rank 1 crashes at step 4 and its host goes down with it: the monitored relaunch probes the nodes, leaves
+    the lost one out and resumes the step-2 checkpoint of 2 ranks on the 1 left, at the same global batch."""
+    from model.protocol import read_jsonl
+    from tasks.preflight.nodes import surviving_nodes
+    from tasks.train.monitored import run_monitored
+
+    cfg, root = prepared_run
+    lines: list[str] = []
+    out = tmp_path / "train"
+    train = across(cfg, "per_node", steps=6, save_every=2, micro_batch_size=2, grad_accum="auto",
+                   global_batch_size=4, lr=1e-3, min_lr=1e-3, warmup_steps=1)
+
+    def node_lost_then_probed(t):
+        sh("ip", "-n", "pthost1", "link", "set", "eth0", "down")  # the host is gone by the time of the relaunch
+        return surviving_nodes(cfg, t, tmp_path, lines.append, timeout_s=20)
+
+    try:
+        result = run_monitored(cfg.model, train, root / "tokenizer", root / "tokens", out,
+                               {"PRETRAIN_FAULTS": "crash_at_step_4@1"}, lines.append, relaunch_on=node_lost_then_probed)
+    finally:
+        sh("ip", "-n", "pthost1", "link", "set", "eth0", "up")
+    assert result["latest_step"] == 6 and result["attempts"] == 2
+    assert any(f"relaunch without node(s) ['{HOSTS[1]}']" in line for line in lines)
+    [reshaped] = [e for e in read_jsonl(out / "events.jsonl") if e["event"] == "reshaped"]
+    assert (reshaped["saved"]["world_size"], reshaped["now"]["world_size"], reshaped["step"]) == (2, 1, 2)
+    assert reshaped["saved_global_batch"] == reshaped["global_batch"] == 4
+    metrics = read_jsonl(out / "metrics.jsonl")
+    first, second = metrics[:3], metrics[3:]
+    assert [m["step"] for m in first] == [1, 2, 3] and [m["step"] for m in second] == [3, 4, 5, 6]
+    assert [m["consumed_samples"] for m in second] == [12, 16, 20, 24]
+    assert second[0]["loss"] == pytest.approx(first[2]["loss"], rel=1e-5)  # step 3 again: same weights, same data

@@ -1,0 +1,137 @@
+"""The communication model against measurement on shaped links: two hosts (network namespaces, sshd, one CPU rank
+each, gloo), their link slowed by `tc` to each of --rates Mbit/s.
+
+    python benchmarks/comm_plan.py [--rates 200 2000] [--steps 8] [--dim 256]     (as root)
+
+Per link speed:
+  calibrate  preflight's profiled run (ZeRO-1, G=1): the compute time of a sample, and the bandwidth its own
+             collectives had (tasks/train/comm_plan.py measured_from, as on a cluster without nccl-tests)
+  grid       ZeRO 1/2/3 x G in {1, 4} x buckets {DeepSpeed's 5e8, the model in 8}: each trains --steps steps;
+             measured = the median step time after the first two (profiled steps left out) and the median
+             communication share of the profiled steps (train.comm_profile_every)
+  predicted  tasks/train/comm_model.py on the calibration's figures
+Targets: measured step time within +-20% of predicted in every cell; for each G, the cell the plan chooses
+(zero_stage and bucket_size auto) is the fastest measured or within 10% of it. Gloo runs collectives inline, so
+overlap is not measured here (the model says none; on GPUs the bucket decides it).
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks._corpus import benchmark_parser  # noqa: E402
+from benchmarks._demo_run import demo_config, prepare  # noqa: E402
+from benchmarks._two_hosts import HOSTS, hosts_up, missing, shape_links  # noqa: E402
+from model.comm_profile import PROFILE_FILE  # noqa: E402
+from model.protocol import read_jsonl  # noqa: E402
+from tasks.preflight.comm import check_comm_share  # noqa: E402
+from tasks.train.comm_model import DEEPSPEED_BUCKET, Cluster, Layout, best, predict  # noqa: E402
+from tasks.train.comm_plan import LATENCY_S, measured_from, model_size  # noqa: E402
+from tasks.train.run import run_train  # noqa: E402
+
+SKIP = 2
+MICRO = 4
+
+
+def config(tmp: Path, dim: int, steps: int):
+    return demo_config(tmp, dim, 128, {
+        "steps": steps, "save_every": 10**6, "save_final": False, "log_every": 1, "micro_batch_size": MICRO,
+        "grad_accum": 1, "export_hf": False, "launch": "per_node", "node_command": ["ssh", "{host}"],
+        "hosts": [{"name": h, "slots": 1} for h in HOSTS], "master_addr": HOSTS[0], "num_gpus": 1,
+        "bucket_size": DEEPSPEED_BUCKET}, {"comm_profile_steps": 6})
+
+
+def calibrate(cfg, tmp: Path):
+    check = check_comm_share(cfg, tmp)
+    profile = json.loads((tmp / "preflight" / "profile" / PROFILE_FILE).read_text())
+    found = measured_from([], profile)
+    if found is None:
+        raise RuntimeError(f"the calibration run measured nothing: {check}")
+    return found
+
+
+def measure(cfg, tmp: Path, layout: Layout, steps: int, rate: float) -> dict:
+    out = tmp / f"{rate:g}mbit-z{layout.zero_stage}-g{layout.grad_accum}-b{layout.bucket}"  # metrics.jsonl appends
+    train = cfg.train.model_copy(update={"zero_stage": layout.zero_stage, "grad_accum": layout.grad_accum,
+                                         "bucket_size": layout.bucket, "comm_profile_every": 3, "steps": steps})
+    run_train(cfg.model, train, tmp / "tokenizer", tmp / "tokens", out, {}, log_line=lambda _: None)
+    metrics = [m for m in read_jsonl(out / "metrics.jsonl") if m["step"] > SKIP]
+    return {"step_s": statistics.median(m["step_time_s"] for m in metrics if "comm_s" not in m),
+            "comm_share": statistics.median(m["comm_share"] for m in metrics if "comm_s" in m)}
+
+
+def grid(params: int) -> list[Layout]:
+    return [Layout(z, MICRO, g, b) for g in (1, 4) for z in (1, 2, 3) for b in (DEEPSPEED_BUCKET, max(params // 8, 1))]
+
+
+def run_rate(cfg, tmp: Path, rate: float, rows: int, steps: int) -> list[dict]:
+    shape_links(rate)
+    found = calibrate(cfg, tmp)
+    size = model_size(cfg.model, cfg.train, rows)
+    cluster = Cluster(2, found.busbw_gbps, LATENCY_S["cpu"], found.compute_s_per_sample, overlaps=False)
+    print(f"\n{rate:g} Mbit/s: calibrated {found.busbw_gbps * 8e3:.0f} Mbit/s bus bandwidth, "
+          f"{found.compute_s_per_sample * 1e3:.1f} ms compute a sample; model {size.params:,} parameters", flush=True)
+    out = []
+    for layout in grid(size.params):
+        p, m = predict(size, layout, cluster), measure(cfg, tmp, layout, steps, rate)
+        out.append({"rate": rate, "layout": layout, "predicted": p, "measured": m})
+        print(f"  ZeRO-{layout.zero_stage} G={layout.grad_accum} bucket {layout.bucket:>11,}: predicted "
+              f"{p.step_s:.3f} s ({p.comm_share:.0%}), measured {m['step_s']:.3f} s ({m['comm_share']:.0%})", flush=True)
+    return out
+
+
+def report(results: list[dict]) -> None:
+    print(f"\n{'Mbit/s':>7} {'zero':>4} {'G':>2} {'bucket':>11} {'pred s':>8} {'meas s':>8} {'meas/pred':>9} "
+          f"{'pred comm':>9} {'meas comm':>9}")
+    for r in results:
+        p, m, lay = r["predicted"], r["measured"], r["layout"]
+        ratio = m["step_s"] / p.step_s
+        print(f"{r['rate']:>7g} {lay.zero_stage:>4} {lay.grad_accum:>2} {lay.bucket:>11,} {p.step_s:>8.3f} "
+              f"{m['step_s']:>8.3f} {ratio:>9.2f}{'' if abs(ratio - 1) <= 0.2 else ' !'} {p.comm_share:>9.0%} "
+              f"{m['comm_share']:>9.0%}")
+    within = sum(abs(r["measured"]["step_s"] / r["predicted"].step_s - 1) <= 0.2 for r in results)
+    print(f"\ncells within +-20% of predicted: {within} of {len(results)} (target: all)")
+    for rate in sorted({r["rate"] for r in results}):
+        for g in (1, 4):
+            cells = [r for r in results if r["rate"] == rate and r["layout"].grad_accum == g]
+            chosen = best([r["predicted"] for r in cells]).layout
+            fastest = min(cells, key=lambda r: r["measured"]["step_s"])
+            got = next(r for r in cells if r["layout"] == chosen)["measured"]["step_s"]
+            print(f"{rate:g} Mbit/s, G={g}: plan chooses ZeRO-{chosen.zero_stage} bucket {chosen.bucket:,} "
+                  f"({got:.3f} s), fastest measured ZeRO-{fastest['layout'].zero_stage} bucket "
+                  f"{fastest['layout'].bucket:,} ({fastest['measured']['step_s']:.3f} s): "
+                  f"{got / fastest['measured']['step_s']:.2f}x (target <= 1.10)")
+
+
+def main() -> None:
+    parser = benchmark_parser(__doc__)
+    parser.add_argument("--rates", type=float, nargs="+", default=[200, 2000], help="link speeds, Mbit/s")
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--dim", type=int, default=256)
+    args = parser.parse_args()
+    if reason := missing():
+        sys.exit(f"error: the two-host test bed cannot run here: {reason}")
+    tmp = Path(tempfile.mkdtemp(prefix="comm-plan-bench-"))
+    cfg = config(tmp, args.dim, args.steps)
+    rows = prepare(cfg, tmp)
+    results = []
+    (tmp / "hosts-bed").mkdir()
+    with hosts_up(tmp / "hosts-bed"):
+        try:
+            for rate in args.rates:
+                results += run_rate(cfg, tmp, rate, rows, args.steps)
+                report([r for r in results if r["rate"] == rate])
+        finally:
+            shape_links(None)
+    if len(args.rates) > 1:
+        report(results)
+
+
+if __name__ == "__main__":
+    main()

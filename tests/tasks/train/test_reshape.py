@@ -32,6 +32,7 @@ def steps_of(out) -> dict[int, dict]:
 CHAIN = [(4, 1), (2, 2), (3, 3), (2, 1), (3, 3), (2, 2), (3, 1)]
 
 
+@pytest.mark.timeout(1800)  # 11 launches, 4 of them of 3-4 ranks on 2 cores: about 5 min alone
 def test_resume_on_any_rank_count_and_zero_stage_continues_the_uninterrupted_run(prepared_run, tmp_path):
     cfg, root = prepared_run
     assert cfg.train.precision == "fp32"

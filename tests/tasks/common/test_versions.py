@@ -11,7 +11,7 @@ from tests.conftest import tiny_dict
 # Every field left out of the versions, by the section it belongs to: changing this list is a decision.
 NOT_COUNTED = {
     "CleanConfig": ["executor"], "TokenizeConfig": ["executor"], "ModelConfig": ["preset"],
-    "TrainConfig": ["compile", "compile_backend", "first_step_timeout_s", "hang_timeout_s", "keep_every",
+    "TrainConfig": ["comm_profile_every", "compile", "compile_backend", "first_step_timeout_s", "hang_timeout_s", "keep_every",
                     "keep_last", "launch", "log_every", "master_addr", "master_port", "mirror_url", "node_command",
                     "node_command_shell", "peak_tflops_per_gpu", "sdpa_backend", "slow_phase_timeout_s",
                     "ssh_launcher", "stage_data_dir", "stop_grace_s", "straggler_ratio", "straggler_reports",

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from pretrain import PROJECT_ROOT
 from pretrain.config import HostConfig, PipelineConfig, TrainConfig
-from tasks.train.launch import cluster_hosts, on_node, write_hostfile
+from tasks.train.launch import cluster_hosts, on_node, without_hosts, write_hostfile
 from tasks.preflight.checks import FAIL, PASS, WARN, Check
 
 PREFLIGHT_HOSTFILE = "hostfile"
@@ -113,5 +113,4 @@ def surviving_nodes(cfg: PipelineConfig, train: TrainConfig, run_root: Path, log
         return train
     why = "; ".join(f"{c.name}: {c.measured}" for c in checks if c.status == WARN and "dropped" in c.detail)
     log_line(f"relaunch without node(s) {nodes['dropped']} ({why}); on {nodes['hosts']}")
-    kept = [h for h in cluster_hosts(train) if h.name not in nodes["dropped"]]
-    return train.model_copy(update={"hosts": kept, "hostfile": None})
+    return without_hosts(train, set(nodes["dropped"]))

@@ -11,7 +11,7 @@ from tasks.common.outputs import read_json
 from tasks.preflight.checks import gate, reported_only, run_checks
 from tasks.preflight.comm import check_comm_share
 from tasks.preflight.nodes import run_node_checks
-from tasks.train.launch import cluster_hosts
+from tasks.train.launch import without_hosts
 
 
 def run_preflight(cfg: PipelineConfig, run_root: Path, log_line: Callable[[str], None] = print) -> dict:
@@ -41,9 +41,10 @@ def planned(cfg: PipelineConfig, run_root: Path, checks: list[dict], dropped: li
     except ValueError as err:  # e.g. a global batch that does not divide over the ranks left
         log_line(f"communication plan: {err}")
         return {"error": str(err)}
-    for line in render(plan).splitlines():
+    table = render(plan)
+    for line in table.splitlines():
         log_line(line)
-    return {**json.loads(plan.to_json()), "table": render(plan)}
+    return {**json.loads(plan.to_json()), "table": table}
 
 
 def without_dropped_nodes(cfg: PipelineConfig) -> PipelineConfig:
@@ -58,7 +59,4 @@ def without_dropped_nodes(cfg: PipelineConfig) -> PipelineConfig:
 
 
 def without_nodes(cfg: PipelineConfig, dropped: set[str]) -> PipelineConfig:
-    if not dropped:
-        return cfg
-    kept = [h for h in cluster_hosts(cfg.train) if h.name not in dropped]
-    return cfg.model_copy(update={"train": cfg.train.model_copy(update={"hosts": kept, "hostfile": None})})
+    return cfg.model_copy(update={"train": without_hosts(cfg.train, dropped)}) if dropped else cfg

@@ -67,6 +67,14 @@ def cluster_hosts(train: TrainConfig) -> list[HostConfig]:
     return list(train.hosts) if train.hosts else read_hostfile(Path(train.hostfile)) if train.hostfile else []
 
 
+def without_hosts(train: TrainConfig, dropped: set[str]) -> TrainConfig:
+    """The settings with the named nodes left out (written as train.hosts)."""
+    if not dropped:
+        return train
+    kept = [h for h in cluster_hosts(train) if h.name not in dropped]
+    return train.model_copy(update={"hosts": kept, "hostfile": None})
+
+
 def propagated_env(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k in EXTRA_ENV or k.startswith(PROPAGATED_PREFIXES)}
 

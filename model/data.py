@@ -254,6 +254,17 @@ class SamplerState:
                    d.get("order", "numpy_shuffle"))
 
 
+def union_of(ranges) -> list[tuple[int, int]]:
+    """[start, end) ranges merged where they overlap or touch (skip ranges of several rollbacks may)."""
+    out: list[tuple[int, int]] = []
+    for a, b in sorted(ranges):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
 class BlendSchedule:
     """Which pool each global position draws from, for given sampling weights, in O(1).
 

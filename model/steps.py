@@ -17,6 +17,7 @@ import torch
 
 from model.batches import BatchPrefetcher
 from model.comm import Comm
+from model.comm_profile import BACKWARD_MARK
 from model.data import CHANNELS, SamplerState
 from model.guard import fault_point
 from model.loss import token_cross_entropy
@@ -111,7 +112,8 @@ def train_step(engine, batches: BatchPrefetcher, t: TrainSpec, step: int, lr_sca
             loss = loss * float("nan")
         elif spiked:
             loss = loss * SPIKE_FACTOR
-        engine.backward(loss)
+        with torch.profiler.record_function(BACKWARD_MARK):  # the overlap measure's window (model/comm_profile.py)
+            engine.backward(loss)
         engine.step()
         stats[0] += loss.detach() / t.grad_accum
     norm = engine.get_global_grad_norm()

@@ -497,8 +497,8 @@ class TrainConfig(Strict):
                                                        "all-gather bucket; auto: the predicted best cut of the model "
                                                        "(DeepSpeed's own 5e8 holds all gradients of a 0.1-1B model, "
                                                        "so none is reduced during the backward pass)")
-    overlap_comm: bool = Field(True, description="reduce gradient buckets during the backward pass (GPUs; gloo "
-                               "runs collectives inline)")
+    overlap_comm: bool = Field(True, description="reduce gradient buckets during the backward pass (on GPUs "
+                               "beside it; gloo runs collectives inline, so CPU ranks only show the schedule)")
     precision: Literal["fp32", "bf16"] = "bf16"
     activation_checkpointing: bool = False
     compile: bool = Field(False, description="torch.compile each transformer block (in place: checkpoints and the "

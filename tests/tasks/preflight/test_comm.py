@@ -16,6 +16,8 @@ def test_comm_share_of_two_cpu_ranks(prepared_run):
     result = json.loads((root / "preflight" / "profile" / PROFILE_FILE).read_text())
     assert result["world_size"] == 2 and result["backend"] == "gloo" and result["steps"] == 3
     assert 0 < result["comm_share"] < 1 and len(result["per_rank_share"]) == 2
+    # the default bucket (auto, before any measurement) splits the gradients: the first reduces during the backward
+    assert result["bucket"] < result["params"] and 0 < result["comm_overlap_share"] < 1
     assert check.measured == f"{round(result['comm_share'], 3):g} of step time" and check.expected.startswith("<=")
     assert not (root / "preflight" / "profile" / "checkpoints").exists()  # measured, nothing saved
 
@@ -55,6 +57,7 @@ def test_preflight_plans_the_auto_settings_and_training_logs_measured_next_to_pr
     for step in (2, 4):  # one step in comm_profile_every is profiled
         m = metrics[step]
         assert 0 < m["comm_share"] < 1 and m["comm_s"] > 0
+        assert m["comm_overlap_share"] == 0  # gloo hides nothing, so the plan keeps one bucket: none in the backward
         assert m["predicted_comm_share"] == kept["chosen"]["comm_share"]
         assert m["predicted_step_s"] == kept["chosen"]["step_s"]
     assert "comm_s" not in metrics[1] and "comm_s" not in metrics[3]

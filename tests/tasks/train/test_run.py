@@ -124,7 +124,9 @@ def test_deepspeed_config_and_command(tiny_cfg, tmp_path):
         deepspeed_config(tiny_cfg.train)  # the bucket size is auto until the communication plan settles it
     ds = deepspeed_config(tiny_cfg.train.model_copy(update={"bucket_size": 2_000_000}))
     assert ds["zero_optimization"] == {"stage": 1, "reduce_bucket_size": 2_000_000, "allgather_bucket_size": 2_000_000,
-                                       "overlap_comm": False}  # CPU ranks: gloo overlaps nothing
+                                       "overlap_comm": True}  # gloo hides nothing, but reduces in hooks as GPUs
+    off = deepspeed_config(tiny_cfg.train.model_copy(update={"bucket_size": 2_000_000, "overlap_comm": False}))
+    assert off["zero_optimization"]["overlap_comm"] is False
     assert ds["bf16"]["enabled"] is False
     assert ds["train_micro_batch_size_per_gpu"] == tiny_cfg.train.micro_batch_size
     cmd = launcher_command(tiny_cfg.train, tmp_path / "spec.json", port=29555)

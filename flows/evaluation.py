@@ -5,6 +5,8 @@ events that the train flow emits (deployments/prefect.yaml).
 """
 from __future__ import annotations
 
+import math
+
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 
@@ -44,6 +46,11 @@ def report(result: dict, lm: dict[str, float], run: StageRun | None, threshold: 
     for r in result["comparison"]:
         flag = f"REGRESSION (> {threshold}%)" if r["regressed"] else ""
         lines.append(f"| {r['channel']} | {r['ppl']} | {r['previous_ppl'] or '-'} | {r['change_pct'] if r['change_pct'] is not None else '-'} | {flag} |")
+    if result.get("task_comparison"):
+        lines += ["", "| task | figure | value | ± s.e. | previous | change | noise | |", "|---|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['task']} | {r['figure']} | {r['value']} | {r['se']:.4f} | {r['previous'] if r['previous'] is not None else '-'} "
+                  f"| {r['change'] if r['change'] is not None else '-'} | {r['noise'] if r['noise'] is not None else '-'} "
+                  f"| {'REGRESSION' if r['regressed'] else ''} |" for r in result["task_comparison"]]
     if lm:
         lines += ["", "| lm-eval task/metric | value |", "|---|---|"] + [f"| {k} | {v:.4f} |" for k, v in sorted(lm.items())]
     if run:
@@ -66,6 +73,8 @@ def eval_flow(config: PipelineConfig | str = DEFAULT_CONFIG, checkpoint: str | N
     run = training_run(cfg, mlflow_train_run_id)
     if run and not result["reused"]:
         metrics = {f"ckpt_eval_ppl_{c}": v for c, v in result["ppl"].items()}
+        metrics.update({f"ckpt_task/{task}/{k}": v for task, scores in result.get("tasks", {}).items()
+                        for k, v in scores.items() if isinstance(v, float) and math.isfinite(v)})
         metrics.update({f"ckpt_eval_{k.replace('/', '_')}": v for k, v in lm.items()})
         run.log_metrics(metrics, step=result["step"])
     markdown = report(result, lm, run, cfg.eval.regression_pct)
@@ -73,7 +82,8 @@ def eval_flow(config: PipelineConfig | str = DEFAULT_CONFIG, checkpoint: str | N
     create_markdown_artifact(key=key, markdown=markdown, description=f"Eval of {tag}")
     if result["regressed"]:
         create_markdown_artifact(key=f"{key}-regression", markdown=markdown,
-                                 description=f"REGRESSION at {tag}: perplexity of {result['regressed']} rose more than "
-                                             f"{cfg.eval.regression_pct}%")
+                                 description=f"REGRESSION at {tag}: {result['regressed']} got worse beyond the "
+                                             f"threshold ({cfg.eval.regression_pct}% perplexity; "
+                                             f"{cfg.eval.noise_sigmas} standard errors for task figures)")
         print(f"regression at {tag}: {result['regressed']}")
     return {**result, "lm_eval": lm, "mlflow_train_run_id": run.run_id if run else None}

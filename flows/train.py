@@ -10,11 +10,11 @@ from pathlib import Path
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 
-from flows.common import DEFAULT_CONFIG, StageRun, artifact_key, markdown_artifact, stage_run
+from flows.common import DEFAULT_CONFIG, StageRun, artifact_key, markdown_artifact, stage_run, table_artifact
 from flows.events import CheckpointAnnouncer
 from flows.progress import StageProgress
 from flows.versions import log_lineage, planned_version, record, reused
-from model.protocol import SPEC_FILE
+from model.protocol import METRICS_FILE, SPEC_FILE
 from model.spec import Spec
 from pretrain.config import PipelineConfig, resolve_config
 from tasks.common.failures import retry_if_transient
@@ -23,13 +23,16 @@ from tasks.preflight.nodes import surviving_nodes
 from tasks.preflight.suite import without_dropped_nodes
 from tasks.train.comm_plan import PLAN_FILE, plan_tags
 from tasks.train.export import export_run_checkpoint
+from tasks.train.ledger import ledger_rows
 from tasks.train.loss_plot import loss_plot
 from tasks.train.monitored import roll_back, run_monitored
 from tasks.train.recovery import Decision
 from tasks.train.skipped import skipped_data_report
 
 STEP_LINE = re.compile(r"\bstep (\d+)/\d+ loss=")  # rank 0's console line per logged step
-OUTPUTS = ("result.json", "spec.json", "comm_plan.json", "metrics.jsonl", "events.jsonl", "recovery.jsonl", "loss.png")
+LEDGER_FILE = "ledger.json"
+OUTPUTS = ("result.json", "spec.json", "comm_plan.json", "metrics.jsonl", "events.jsonl", "recovery.jsonl", "loss.png",
+           LEDGER_FILE)
 
 
 @task(name="export-hf", retries=1, retry_delay_seconds=10, retry_condition_fn=retry_if_transient)
@@ -129,7 +132,11 @@ def finish(run: StageRun, result: dict) -> None:
         run.set_tag("hf_export", result["hf_export"])
     write_json(out / "result.json", result)
     loss_plot(out, out / "loss.png")
+    ledger = ledger_rows(out / METRICS_FILE)
+    write_json(out / LEDGER_FILE, ledger)
     run.log_files(out, OUTPUTS, "train", missing_ok=True)  # recovery.jsonl only after a recovery
+    if ledger:
+        table_artifact(run, "train-ledger", ledger, "Tokens trained per data pool and mixture phase")
     markdown_artifact(run, "train", f"Training finished at step {result['latest_step']}.\n\n"
                       f"Final checkpoint: `{result['checkpoint_dir']}/{result['latest_checkpoint']}`"
                       + (f"\n\nHugging Face export: `{result['hf_export']}`" if result.get("hf_export") else ""),

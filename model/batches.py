@@ -47,8 +47,10 @@ class _Failed:
 
 class BatchPrefetcher:
     def __init__(self, dataset: TokenDataset, sampler: GlobalSampler, rank: int, world: int, micro_batch: int,
-                 grad_accum: int, pin_memory: bool = False, depth: int = 2, read_ahead: bool = True):
+                 grad_accum: int, pin_memory: bool = False, depth: int = 2, read_ahead: bool = True,
+                 first_step: int = 0, decay_step: int | None = None):
         self.dataset, self.sampler, self.rank, self.world = dataset, sampler, rank, world
+        self.step, self.decay_step = first_step, decay_step  # the step the next batch is for; the mix's decay
         self.micro_batch, self.grad_accum, self.pin = micro_batch, grad_accum, pin_memory
         self.ready: queue.Queue = queue.Queue(maxsize=depth)
         self.stopping = threading.Event()
@@ -91,9 +93,10 @@ class BatchPrefetcher:
 
     def _read_step(self) -> StepBatch:
         start = self.sampler.state.consumed_samples
-        ids = self.sampler.next_global_batch(self.micro_batch * self.world * self.grad_accum)
-        state = SamplerState(self.sampler.state.consumed_samples, list(self.sampler.state.skipped),
-                             self.sampler.state.order)
+        decaying = self.decay_step is not None and self.step >= self.decay_step
+        ids = self.sampler.next_global_batch(self.micro_batch * self.world * self.grad_accum, decaying)
+        self.step += 1
+        state = self.sampler.state.copy()
         per_micro = self.micro_batch * self.world
         micro = [collate(self.dataset, rank_slice(ids[k * per_micro:(k + 1) * per_micro], self.rank, self.world))
                  for k in range(self.grad_accum)]

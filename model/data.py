@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -242,16 +243,20 @@ class SamplerState:
     consumed_samples: int = 0
     skipped: list[tuple[int, int]] = field(default_factory=list)  # [start, end) in position space
     order: str = "feistel"  # how positions map to samples: a position means nothing without it
+    decay_from: int | None = None  # where the mixture's decay phase began (a position); None: not (yet)
 
     def to_dict(self) -> dict:
         return {"consumed_samples": self.consumed_samples, "skipped": [list(r) for r in self.skipped],
-                "order": self.order}
+                "order": self.order, "decay_from": self.decay_from}
 
     @classmethod
     def from_dict(cls, d: dict) -> "SamplerState":
         # checkpoints from before the Feistel order record no order: theirs was the materialised shuffle
         return cls(int(d["consumed_samples"]), [tuple(r) for r in d.get("skipped", [])],
-                   d.get("order", "numpy_shuffle"))
+                   d.get("order", "numpy_shuffle"), d.get("decay_from"))
+
+    def copy(self) -> "SamplerState":
+        return SamplerState(self.consumed_samples, list(self.skipped), self.order, self.decay_from)
 
 
 def union_of(ranges) -> list[tuple[int, int]]:
@@ -306,9 +311,13 @@ class BlendSchedule:
 
     def locate(self, position: int) -> tuple[int, int]:
         """(pool, pool-local position) of a global position."""
+        j = int(self.slots[position % self.PERIOD])
+        return j, int(self.drawn_before(position)[j])
+
+    def drawn_before(self, position: int) -> np.ndarray:
+        """Per pool, how many of the positions before `position` it holds."""
         period, t = divmod(position, self.PERIOD)
-        j = int(self.slots[t])
-        return j, period * int(self.counts[j]) + int(self.prefix[t, j])
+        return period * self.counts + self.prefix[t]
 
     def shares(self) -> np.ndarray:
         return self.counts / self.PERIOD
@@ -333,19 +342,21 @@ class GlobalSampler:
     """
 
     def __init__(self, pool_sizes: list[int] | int, seed: int, state: SamplerState | None = None,
-                 weights: list[float] | None = None):
+                 weights: list[float] | None = None, decay_weights: list[float] | None = None):
         self.sizes = [pool_sizes] if isinstance(pool_sizes, int) else list(pool_sizes)
         self.first_ids = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64)
         weights = list(self.sizes) if weights is None else list(weights)
-        for size, w in zip(self.sizes, weights):
-            if w > 0 and size == 0:
-                raise DataError("a pool with positive mixture weight holds no complete sample; "
-                                 "drop it from train.mixture.weights or add data")
+        for key, shares in (("weights", weights), ("decay_weights", decay_weights or [])):
+            if any(w > 0 and size == 0 for size, w in zip(self.sizes, shares)):
+                raise DataError(f"a pool with positive mixture weight holds no complete sample; "
+                                f"drop it from train.mixture.{key} or add data")
         self.seed = seed
         self.state = state or SamplerState()
         if self.state.order not in DATA_ORDERS:
             raise DataError(f"unknown data order {self.state.order!r}; known: {DATA_ORDERS}")
-        self.blend = BlendSchedule(weights) if len(self.sizes) > 1 else None
+        multi = len(self.sizes) > 1
+        self.blend = BlendSchedule(weights) if multi else None
+        self.decay_blend = BlendSchedule(decay_weights) if multi and decay_weights is not None else None
         self._perms: dict[int, tuple[int, object]] = {}
         self.last_positions: list[int] = []  # positions of the last global batch (skipped ones left out)
 
@@ -364,16 +375,49 @@ class GlobalSampler:
         np.random.default_rng([self.seed, pool, epoch]).shuffle(order)  # int32: half the memory per rank
         return order
 
+    def start_decay(self) -> None:
+        """From the next position on, draw by the decay weights (once: a resumed decay keeps where it began)."""
+        if self.decay_blend is not None and self.state.decay_from is None:
+            self.state.decay_from = self.state.consumed_samples
+
+    def locate(self, position: int) -> tuple[int, int]:
+        """(pool, pool-local position); in the decay phase each pool goes on where the stable phase left it, so
+        no sample repeats before its pool's epoch ends."""
+        start = self.state.decay_from
+        if self.blend is None:
+            return 0, position
+        if self.decay_blend is None or start is None or position < start:
+            return self.blend.locate(position)
+        pool, local = self.decay_blend.locate(position - start)
+        return pool, int(self.blend.drawn_before(start)[pool]) + local
+
     def sample_at(self, position: int) -> int:
-        pool, q = self.blend.locate(position) if self.blend else (0, position)
+        pool, q = self.locate(position)
         return int(self.first_ids[pool]) + self._permuted(pool, q)
 
-    def epochs_at(self, position: int) -> dict[int, float]:
+    def drawn(self, start: int, end: int, decay_from: int | None = None) -> np.ndarray:
+        """Per pool, the positions in [start, end) it holds, with the decay phase beginning at `decay_from`."""
+        if end <= start:
+            return np.zeros(len(self.sizes), dtype=np.int64)
+        if self.blend is None:
+            return np.array([end - start], dtype=np.int64)
+        if self.decay_blend is None or decay_from is None or end <= decay_from:
+            return self.blend.drawn_before(end) - self.blend.drawn_before(start)
+        if start < decay_from:
+            return self.drawn(start, decay_from) + self.drawn(decay_from, end, decay_from)
+        return self.decay_blend.drawn_before(end - decay_from) - self.decay_blend.drawn_before(start - decay_from)
+
+    def trained(self, start: int, end: int, state: SamplerState) -> np.ndarray:
+        """Per pool, the samples trained on in positions [start, end): the skipped ranges left out."""
+        counts = self.drawn(start, end, state.decay_from)
+        for a, b in union_of(state.skipped):
+            counts -= self.drawn(max(a, start), min(b, end), state.decay_from)
+        return counts
+
+    def epochs_at(self, position: int, decay_from: int | None = None) -> dict[int, float]:
         """Epochs of each pool consumed by `position`: above 1 means the pool repeats (upsampling)."""
-        if not self.blend:
-            return {0: position / self.sizes[0]}
-        shares = self.blend.shares()
-        return {j: position * shares[j] / size for j, size in enumerate(self.sizes) if size}
+        counts = self.drawn(0, position, decay_from)
+        return {j: counts[j] / size for j, size in enumerate(self.sizes) if size}
 
     def _skip(self, position: int) -> int:
         for start, end in sorted(self.state.skipped):
@@ -381,8 +425,11 @@ class GlobalSampler:
                 position = end
         return position
 
-    def next_global_batch(self, global_batch: int) -> list[int]:
-        """Sample ids of the next global batch; advances consumed_samples past skipped ranges."""
+    def next_global_batch(self, global_batch: int, decaying: bool = False) -> list[int]:
+        """Sample ids of the next global batch (`decaying`: a step of the schedule's decay); advances consumed_samples
+        past skipped ranges."""
+        if decaying:
+            self.start_decay()
         ids, pos, self.last_positions = [], self.state.consumed_samples, []
         while len(ids) < global_batch:
             pos = self._skip(pos)
@@ -394,17 +441,46 @@ class GlobalSampler:
 
 
 def sampler_for(dataset: TokenDataset, seed: int, state: SamplerState | None = None,
-                weights: dict[str, float] | None = None, order: str = "feistel") -> GlobalSampler:
-    """The sampler over a dataset's pools; `weights` names pools (channels or sources) and their shares."""
+                weights: dict[str, float] | None = None, order: str = "feistel",
+                decay_weights: dict[str, float] | None = None) -> GlobalSampler:
+    """The sampler over a dataset's pools; `weights` (and `decay_weights`, from the decay on) name pools (channels
+    or sources) and their shares."""
     names = [p.name for p in dataset.pools]
     state = state or SamplerState(order=order)
+    shares = {key: pool_shares(given, names, key, dataset.pool_by)
+              for key, given in (("weights", weights), ("decay_weights", decay_weights))}
+    return GlobalSampler([p.num_samples for p in dataset.pools], seed, state, shares["weights"],
+                         shares["decay_weights"])
+
+
+def pool_shares(weights: dict[str, float] | None, names: list[str], key: str, pool_by: str) -> list[float] | None:
     if weights is None:
-        return GlobalSampler([p.num_samples for p in dataset.pools], seed, state)
+        return None
     unknown = sorted(set(weights) - set(names))
     if unknown:
-        raise DataError(f"train.mixture.weights names {unknown}, which the dataset's pools by "
-                         f"{dataset.pool_by} do not include; available: {names}")
-    return GlobalSampler([p.num_samples for p in dataset.pools], seed, state, [weights.get(n, 0.0) for n in names])
+        raise DataError(f"train.mixture.{key} names {unknown}, which the dataset's pools by "
+                        f"{pool_by} do not include; available: {names}")
+    return [weights.get(n, 0.0) for n in names]
+
+
+LEDGER_PREFIX = "tokens/"  # MLflow groups the ledger's metrics under it
+
+
+def token_ledger(sampler: GlobalSampler, state: SamplerState, pools: list[str], seq_len: int) -> dict[str, int]:
+    """Tokens trained per pool up to `state` (skipped ranges left out): `tokens/all/<pool>`, or with a decay mix
+    `tokens/stable/<pool>` and `tokens/decay/<pool>` (zero until the decay begins)."""
+    end, start = state.consumed_samples, state.decay_from
+    if sampler.decay_blend is None:
+        phases = {"all": (0, end)}
+    else:
+        split = end if start is None else start
+        phases = {"stable": (0, split), "decay": (split, end)}
+    return {f"{LEDGER_PREFIX}{phase}/{metric_name(pool)}": int(n) * seq_len
+            for phase, (a, b) in phases.items() for pool, n in zip(pools, sampler.trained(a, b, state))}
+
+
+def metric_name(pool: str) -> str:
+    return re.sub(r"[^\w.\-]", "_", pool)  # source names are free text; MLflow keys are not
 
 
 def rank_slice(batch: list[int], rank: int, world_size: int) -> list[int]:
@@ -421,4 +497,5 @@ def training_dataset(tokens_dir: str | Path, data: DataSpec) -> TokenDataset:
 
 
 def training_sampler(dataset: TokenDataset, data: DataSpec, state: SamplerState | None = None) -> GlobalSampler:
-    return sampler_for(dataset, data.seed, state, weights=data.weights, order=data.data_order)
+    return sampler_for(dataset, data.seed, state, weights=data.weights, order=data.data_order,
+                       decay_weights=data.decay_weights)

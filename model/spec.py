@@ -26,6 +26,8 @@ class DataSpec:
     stage_data_dir: str | None          # node-local copy of the shards; None: read in place
     pool_by: str                        # all | channel | source
     weights: dict[str, float] | None    # the mixture's shares per pool; None: one pool
+    decay_weights: dict[str, float] | None = None  # the shares from decay_step on; None: weights throughout
+    decay_step: int | None = None       # the schedule's first decay step, when decay_weights are set
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,8 @@ class TrainSpec:
     warmup_steps: int
     schedule: str
     decay_frac: float
+    decay_steps: int | None             # wsd: the decay's length in steps (anneal branches); None: decay_frac
+    z_loss: float                       # weight of log(Z)^2 per token in the trained loss (0: off)
     log_every: int
     comm_profile_every: int
     eval_every: int

@@ -20,13 +20,14 @@ from model.comm import Comm
 from model.comm_profile import BACKWARD_MARK
 from model.data import CHANNELS, SamplerState
 from model.guard import fault_point
-from model.loss import token_cross_entropy
+from model.loss import token_losses
 from model.schedule import cosine_lr, wsd_lr
 from model.spec import TrainSpec
 from model.straggler import LocalTime
 
 N_CHANNELS = len(CHANNELS)
-STATS = 1 + 2 * N_CHANNELS  # [mean loss, loss sum per channel ..., tokens per channel ...]
+LOG_Z, Z_LOSS = 1 + 2 * N_CHANNELS, 2 + 2 * N_CHANNELS
+STATS = 3 + 2 * N_CHANNELS  # [mean loss, loss sum per channel ..., tokens per channel ..., log Z sum, z-loss sum]
 
 
 @dataclass
@@ -43,6 +44,7 @@ class PendingStep:
     seconds: float = 0.0                    # wall time, set once the step's agreement has synced
     own: LocalTime | None = None            # this rank's own part of it (reading data, forward): names stragglers
     comm: dict | None = None                # measured communication of a profiled step (model/comm_profile.py)
+    state: SamplerState | None = None       # the data position after it (its token ledger)
 
 
 @dataclass
@@ -57,25 +59,31 @@ def lr_at(step: int, t: TrainSpec, scale: float = 1.0) -> float:
     """The schedule's learning rate at a step, times the scale an escalating recovery lowered it by."""
     if t.schedule == "wsd":
         return scale * wsd_lr(step, lr=t.lr, min_lr=t.min_lr, warmup=t.warmup_steps, total=t.steps,
-                              decay_frac=t.decay_frac)
+                              decay_frac=t.decay_frac, decay_steps=t.decay_steps)
     return scale * cosine_lr(step, lr=t.lr, min_lr=t.min_lr, warmup=t.warmup_steps, total=t.steps)
 
 
 def add_channel_sums(stats: torch.Tensor, per_token: torch.Tensor, channels: torch.Tensor) -> None:
     """Per-channel loss sums and token counts into stats[1:], on the device (no host sync)."""
     stats[1:1 + N_CHANNELS].index_add_(0, channels, per_token.float())
-    stats[1 + N_CHANNELS:].index_add_(0, channels, torch.ones_like(per_token, dtype=torch.float32))
+    stats[1 + N_CHANNELS:1 + 2 * N_CHANNELS].index_add_(0, channels, torch.ones_like(per_token, dtype=torch.float32))
 
 
-def step_loss(engine, tokens: torch.Tensor, channels: torch.Tensor, stats: torch.Tensor) -> torch.Tensor:
-    """Mean token loss of a micro batch (fp32, from logits of any precision); adds its per-channel sums to `stats`."""
+def step_loss(engine, tokens: torch.Tensor, channels: torch.Tensor, stats: torch.Tensor, z_weight: float = 0.0
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The micro batch's mean loss to train on (cross-entropy plus z-loss) and its mean cross-entropy (fp32, from
+    logits of any precision); adds per-channel cross-entropy sums, log Z and z-loss sums to `stats`."""
     device = engine.device
     tokens, channels = tokens.to(device, non_blocking=True), channels.to(device, non_blocking=True)
     logits = engine(tokens[:, :-1])
-    per_token = token_cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
+    per_token, log_z = token_losses(logits.flatten(0, 1), tokens[:, 1:].flatten(), z_weight=z_weight)
     with torch.no_grad():
-        add_channel_sums(stats, per_token.detach(), channels.flatten())
-    return per_token.mean()
+        z_loss = z_weight * log_z.square()
+        cross_entropy = per_token.detach() - z_loss if z_weight else per_token.detach()
+        add_channel_sums(stats, cross_entropy, channels.flatten())
+        stats[LOG_Z] += log_z.sum()
+        stats[Z_LOSS] += z_loss.sum()
+    return per_token.mean(), cross_entropy.mean()
 
 
 SPIKE_FACTOR = 10.0  # an injected spike: the loss (and so its gradient) this many times what it was
@@ -107,19 +115,18 @@ def train_step(engine, batches: BatchPrefetcher, t: TrainSpec, step: int, lr_sca
     stats = torch.zeros(STATS, device=engine.device)
     for tokens, channels in batch.micro:
         with own.span(engine.device):
-            loss = step_loss(engine, tokens, channels, stats)
-        if poisoned:
-            loss = loss * float("nan")
-        elif spiked:
-            loss = loss * SPIKE_FACTOR
+            loss, cross_entropy = step_loss(engine, tokens, channels, stats, t.z_loss)
+        if poisoned or spiked:  # what the detector sees and what the gradient gets
+            factor = float("nan") if poisoned else SPIKE_FACTOR
+            loss, cross_entropy = loss * factor, cross_entropy * factor
         with torch.profiler.record_function(BACKWARD_MARK):  # the overlap measure's window (model/comm_profile.py)
             engine.backward(loss)
         engine.step()
-        stats[0] += loss.detach() / t.grad_accum
+        stats[0] += cross_entropy / t.grad_accum  # the figure every run reports, whatever its z-loss
     norm = engine.get_global_grad_norm()
     norm = norm.detach().clone() if torch.is_tensor(norm) else norm
     return PendingStep(step + 1, stats, norm, lr, started, len(batch.positions), batch.position_start,
-                       batch.state.consumed_samples, own=own), batch.state
+                       batch.state.consumed_samples, own=own, state=batch.state), batch.state
 
 
 def agree(comm: Comm, pending: list[PendingStep], stop_requested: bool, with_stats: bool) -> Agreement:
@@ -167,4 +174,7 @@ def step_metrics(p: PendingStep, reduced: list[float], grad_norm: float | None, 
         tokens = reduced[1 + N_CHANNELS + c]
         if tokens > 0:
             metrics[f"loss_{name}"] = reduced[1 + c] / tokens
+    tokens = sum(reduced[1 + N_CHANNELS:1 + 2 * N_CHANNELS])
+    if tokens > 0:  # the softmax normalizer's log: what z-loss holds down, the logits' drift where it is off
+        metrics.update(log_z=reduced[LOG_Z] / tokens, z_loss=reduced[Z_LOSS] / tokens)
     return metrics

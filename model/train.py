@@ -26,6 +26,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -34,8 +35,8 @@ from model.anomaly import Anomaly, AnomalyDetector, StepRecord
 from model.batches import BatchPrefetcher
 from model.comm import Comm
 from model.comm_profile import probed, profile_steps, step_comm_figures
-from model.data import (DataError, GlobalSampler, SamplerState, TokenDataset, read_manifest, training_dataset,
-                        training_sampler)
+from model.data import (DataError, GlobalSampler, SamplerState, TokenDataset, read_manifest, token_ledger,
+                        training_dataset, training_sampler)
 from model.ds_import import import_deepspeed
 from model.evaluate import local_eval_sums, reduce_eval
 from model.guard import Guard, fault_point
@@ -129,12 +130,16 @@ def tokens_dir_for(spec: Spec, comm: Comm) -> Path:
     return staged_path(Path(stage_root), read_manifest(tokens_dir))
 
 
-def mixture_plan(dataset: TokenDataset, sampler: GlobalSampler, planned_samples: int) -> str:
-    """Per pool: samples, share drawn, and epochs by the end of training (above 1: repeated)."""
-    epochs = sampler.epochs_at(planned_samples)
+def mixture_plan(dataset: TokenDataset, sampler: GlobalSampler, planned_samples: int,
+                 decay_from: int | None = None) -> str:
+    """Per pool: samples, share drawn (in the decay too, when the mix changes there), and epochs by the end of
+    training (above 1: repeated); `decay_from`: the planned position of the decay's first sample."""
+    epochs = sampler.epochs_at(planned_samples, decay_from)
     shares = sampler.blend.shares() if sampler.blend else [1.0]
+    decay = sampler.decay_blend.shares() if sampler.decay_blend and decay_from is not None else None
     return "data pools: " + ", ".join(
-        f"{p.name}: {p.num_samples:,} samples, share {shares[j]:.3f}, {epochs.get(j, 0.0):.2f} epochs"
+        f"{p.name}: {p.num_samples:,} samples, share {shares[j]:.3f}"
+        + (f" (decay {decay[j]:.3f})" if decay is not None else "") + f", {epochs.get(j, 0.0):.2f} epochs"
         for j, p in enumerate(dataset.pools))
 
 
@@ -156,6 +161,7 @@ class Loop:
     pending: list[PendingStep] = field(default_factory=list)
     watch: HangWatch | None = None
     stragglers: StragglerWatch | None = None
+    ledger: Callable[[SamplerState], dict] | None = None  # tokens trained per pool (and phase) up to a position
 
     @property
     def t(self) -> TrainSpec:
@@ -210,6 +216,8 @@ def drain(loop: Loop, reduced: list[list[float]], rank_own_s: list[float] | None
         metrics = step_metrics(p, figures, norm, loop.comm.world, loop.spec.data.seq_len, loop.flops_per_token)
         if rank_own_s and p is loop.pending[-1]:
             metrics.update(rank_figures(rank_own_s))
+        if loop.ledger and p.state and loop.logged(p.step):
+            metrics.update(loop.ledger(p.state))
             watch_stragglers(loop, p.step, rank_own_s)
         if loop.logged(p.step):
             loop.guard.run("metrics", report_step, loop, p.step, metrics)
@@ -342,7 +350,10 @@ def announce(loop: Loop, model: torch.nn.Module, sampler: GlobalSampler, optimiz
               f"global_batch={global_batch} start_step={loop.first_step} device={device_name()} "
               f"peak_tflops={loop.peak_tflops} backend={loop.comm.backend} comm_device={loop.comm.device}", flush=True)
         print(f"optimizer: {optimizer}", flush=True)
-        print(mixture_plan(loop.dataset, sampler, global_batch * t.steps), flush=True)
+        decay_from = sampler.state.decay_from
+        if decay_from is None and loop.spec.data.decay_step is not None:  # planned: no skips from here on
+            decay_from = sampler.state.consumed_samples + global_batch * (loop.spec.data.decay_step - loop.first_step)
+        print(mixture_plan(loop.dataset, sampler, global_batch * t.steps, decay_from), flush=True)
         if loop.dataset.eval_counts:
             print(f"eval: held-out samples per channel {loop.dataset.eval_counts}, every {t.eval_every} steps",
                   flush=True)
@@ -384,7 +395,8 @@ def train(spec: Spec) -> int:
         sampler = training_sampler(dataset, spec.data, state)
         on_gpu = comm.device.type == "cuda"
         batches = BatchPrefetcher(dataset, sampler, comm.rank, comm.world, t.micro_batch_size, t.grad_accum,
-                                  pin_memory=on_gpu, read_ahead=on_gpu)
+                                  pin_memory=on_gpu, read_ahead=on_gpu, first_step=start_step,
+                                  decay_step=spec.data.decay_step)
         mirror_url = os.environ.get(MIRROR_URL_ENV) or t.mirror_url  # the spec's copy has no password
         mirror = Mirror(mirror_url, tracker.event) if mirror_url and comm.rank == 0 else None
         detector = AnomalyDetector(spec.anomaly) if spec.anomaly else None
@@ -395,6 +407,8 @@ def train(spec: Spec) -> int:
             if spec.overrides.profile_steps:
                 return profile_run(engine, loop)
             loop.stragglers = StragglerWatch(t.straggler_ratio, t.straggler_reports)
+            pools = [p.name for p in dataset.pools]
+            loop.ledger = lambda state: token_ledger(sampler, state, pools, spec.data.seq_len)
             announce(loop, model, sampler, optimizer)
             return run_steps(engine, loop, model, StopFlag())
         except BaseException:

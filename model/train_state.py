@@ -179,4 +179,4 @@ def checked_meta(spec, ckpt_dir: Path, tag: str) -> dict:
 def with_skips(state: SamplerState, ranges) -> SamplerState:
     """The checkpoint's data position plus the skip-ahead ranges of the spec (set by the recovery flow)."""
     merged = sorted({(int(a), int(b)) for a, b in [*state.skipped, *ranges]})
-    return SamplerState(state.consumed_samples, merged, state.order)
+    return SamplerState(state.consumed_samples, merged, state.order, state.decay_from)

@@ -27,6 +27,7 @@ STAGES = ("clean", "tokenizer", "tokenize", "preflight", "train")
 
 
 def _flow_for(command: str):
+    from flows.anneal import anneal_flow
     from flows.clean import clean_flow
     from flows.evaluation import eval_flow
     from flows.full import pretrain
@@ -37,7 +38,7 @@ def _flow_for(command: str):
     from flows.train import train_flow
 
     return {"clean": clean_flow, "tokenizer": tokenizer_flow, "tokenize": tokenize_flow, "preflight": preflight_flow,
-            "train": train_flow, "run": pretrain, "eval": eval_flow, "scaling": scaling_flow}[command]
+            "train": train_flow, "run": pretrain, "eval": eval_flow, "scaling": scaling_flow, "anneal": anneal_flow}[command]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -77,7 +78,38 @@ def build_parser() -> argparse.ArgumentParser:
     hf.add_argument("--tag", default=None, help="checkpoint tag, e.g. step_00001000; default: the newest complete one")
     hf.add_argument("--out", default=None, help="output directory; default: <run_root>/train/hf/<tag>")
     hf.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16")
+    an = sub.add_parser("anneal", help="branch a decay from a stable-phase checkpoint of the run: train it in "
+                        "<run_root>/anneal/<name>, export, score and register it (the run's files untouched)")
+    an.add_argument("--config", required=True)
+    an.add_argument("--from", dest="from_checkpoint", default=None, metavar="TAG",
+                    help="the checkpoint to branch from, e.g. step_00001000; default: the newest complete one")
+    an.add_argument("--tokens", type=int, required=True, help="tokens to train in the decay")
+    an.add_argument("--mix", default=None, help="the decay's shares per pool of the run's mixture, e.g. "
+                    "zh=0.3,en=0.5,code=0.2; default: the run's own mix")
+    an.add_argument("--name", default=None, help="the branch's folder and alias; default: <from>-<tokens>")
+    an.add_argument("--min-lr", type=float, default=0.0, help="where the learning rate decays to (default 0)")
+    avg = sub.add_parser("average", help="average the weights of complete checkpoints (of a run or its decay "
+                         "branches) into one Hugging Face model")
+    avg.add_argument("--config", required=True, help="the run's config (its tokenizer is the export's)")
+    avg.add_argument("--checkpoint", action="append", required=True, metavar="DIR",
+                     help="a checkpoint folder, <run_root>/train/checkpoints/<tag> (repeat, at least twice)")
+    avg.add_argument("--out", default=None, help="output directory; default: <run_root>/train/hf/average-<tags>")
+    avg.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16")
     return parser
+
+
+def average_command(cfg, args) -> int:
+    from tasks.train.average import average_checkpoints
+
+    root = cfg.run_root_path()
+    out = args.out or root / "train" / "hf" / ("average-" + "-".join(Path(c).name for c in args.checkpoint))[:120]
+    try:
+        result = average_checkpoints(args.checkpoint, root / "tokenizer", out, args.dtype)
+    except (OSError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(json.dumps(result, indent=2))
+    return 0
 
 
 def export_command(cfg, args) -> int:
@@ -193,8 +225,13 @@ def main(argv: list[str] | None = None) -> int:
         return lineage_command(cfg, args.alias)
     if args.command == "export-hf":
         return export_command(cfg, args)
+    if args.command == "average":
+        return average_command(cfg, args)
     try:
         extra = {"checkpoint": args.checkpoint} if args.command == "eval" else {}
+        if args.command == "anneal":
+            extra = {"from_checkpoint": args.from_checkpoint, "tokens": args.tokens, "mix": args.mix,
+                     "name": args.name, "min_lr": args.min_lr}
         if getattr(args, "force", None):
             extra = {"force": args.force} if args.command == "run" else {"force": True}
         with prefect_api():  # one server for the run and all its processes, before Prefect is imported

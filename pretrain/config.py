@@ -436,12 +436,15 @@ class MixtureConfig(Strict):
     by: Literal["channel", "source"] = Field("channel", description="what the weights name: channels (zh/en/code/other) or source names")
     weights: dict[str, float] = Field(min_length=1, description="share of samples drawn per channel or source; "
                                       "unnamed ones are not drawn; normalized to sum 1")
+    decay_weights: dict[str, float] | None = Field(None, description="the shares from the first step of the "
+                                                   "schedule's decay (schedule: wsd) to the end, for annealing on "
+                                                   "higher-quality or domain data; None: weights throughout")
 
     @model_validator(mode="after")
     def _positive(self) -> "MixtureConfig":
-        bad = {k: v for k, v in self.weights.items() if v < 0}
-        if bad or sum(self.weights.values()) <= 0:
-            raise ValueError(f"train.mixture.weights {self.weights} must be non-negative with a positive sum")
+        for key, weights in (("weights", self.weights), ("decay_weights", self.decay_weights)):
+            if weights is not None and (any(v < 0 for v in weights.values()) or sum(weights.values()) <= 0):
+                raise ValueError(f"train.mixture.{key} {weights} must be non-negative with a positive sum")
         return self
 
 
@@ -566,6 +569,11 @@ class TrainConfig(Strict):
                                    "straggler event and an MLflow tag", json_schema_extra=NO_EFFECT)
     schedule: Literal["cosine", "wsd"] = Field("cosine", description="cosine decay, or warmup-stable-decay (constant, then a final decay)")
     decay_frac: float = Field(0.2, gt=0, le=1, description="wsd: share of the steps spent decaying at the end")
+    decay_steps: int | None = Field(None, gt=0, description="wsd: decay over exactly this many final steps "
+                                    "instead of decay_frac (anneal branches set it); None: decay_frac")
+    z_loss: float = Field(1e-4, ge=0, le=1, description="weight of z-loss, log(Z)^2 per token, in the trained loss: "
+                          "keeps the output logits from drifting (logged as log_z, z_loss; `loss` stays the "
+                          "cross-entropy); 0: off. Default from benchmarks/z_loss.py")
     resume_tag: str | None = Field(None, description="resume from this checkpoint tag (e.g. step_00001000); None: the newest complete one")
     keep_last: int = Field(3, ge=1, description="complete checkpoints kept (the newest); older ones are deleted", json_schema_extra=NO_EFFECT)
     keep_every: int = Field(0, ge=0, description="also keep every checkpoint whose step is a multiple of this (0: none)", json_schema_extra=NO_EFFECT)
@@ -588,6 +596,13 @@ class TrainConfig(Strict):
     @classmethod
     def _master_host(cls, name: str | None) -> str | None:
         return None if name is None else check_host(name, "train.master_addr")
+
+    @model_validator(mode="after")
+    def _decay_mix_needs_a_decay(self) -> "TrainConfig":
+        if self.mixture and self.mixture.decay_weights is not None and self.schedule != "wsd":
+            raise ValueError("train.mixture.decay_weights starts at the schedule's decay, which only "
+                             "schedule: wsd has; set train.schedule: wsd (and train.decay_frac) or drop decay_weights")
+        return self
 
     @model_validator(mode="after")
     def _one_host_list(self) -> "TrainConfig":
@@ -637,6 +652,11 @@ class EvalConfig(Strict):
                                                 "samples per channel; None: all of them")
     regression_pct: float = Field(2.0, ge=0, description="flag a channel whose perplexity rose more than this "
                                   "(percent) against the previous evaluated checkpoint")
+    task_files: list[str] = Field(default_factory=list, description="local JSONL task files (multiple choice: "
+                                  "context, choices, answer index; QA: context, answer text), scored per checkpoint "
+                                  "as cloze accuracy and bits per byte with their standard errors (model/task_eval.py)")
+    noise_sigmas: float = Field(2.0, gt=0, description="a task figure regresses only when it got worse by more than "
+                                "this many standard errors (both checkpoints' combined)")
     lm_eval: LmEvalConfig = LmEvalConfig()
 
 
@@ -701,6 +721,7 @@ class PipelineConfig(Strict):
 # The sections a command cannot run without; the others have defaults. Stages that need none of these
 # (tokenizer, tokenize, eval) run from a config with name, run_root and their own section alone.
 SECTIONS_NEEDED = {"clean": ("clean",), "run": ("clean", "model", "train"), "preflight": ("model", "train"),
+                   "anneal": ("model", "train"),
                    "train": ("model", "train"), "scaling": ("model", "train")}
 
 

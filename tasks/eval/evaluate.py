@@ -7,6 +7,7 @@ from model import checkpoint as ckpt
 from model.checkpoint_eval import evaluate_checkpoint
 from model.protocol import append_jsonl, read_jsonl
 from pretrain.config import PipelineConfig
+from tasks.eval.task_files import compare_tasks, score_task_files
 
 HISTORY = "history.jsonl"
 
@@ -54,7 +55,13 @@ def evaluate(cfg: PipelineConfig, tag: str) -> dict:
     else:
         result, reused = evaluate_checkpoint(cfg.run_root_path() / "train", tag, cfg.eval.device, cfg.eval.batch_size,
                                              cfg.eval.max_samples_per_channel), False
+        if cfg.eval.task_files:
+            result["tasks"] = score_task_files(cfg, tag)
         eval_dir(cfg).mkdir(parents=True, exist_ok=True)
         append_jsonl(eval_dir(cfg) / HISTORY, result)
-    rows = compare(previous_of(records, result["step"]), result, cfg.eval.regression_pct)
-    return {**result, "reused": reused, "comparison": rows, "regressed": [r["channel"] for r in rows if r["regressed"]]}
+    previous = previous_of(records, result["step"])
+    rows = compare(previous, result, cfg.eval.regression_pct)
+    task_rows = compare_tasks(previous, result, cfg.eval.noise_sigmas)
+    regressed = [r["channel"] for r in rows if r["regressed"]] + \
+        [f"{r['task']}/{r['figure']}" for r in task_rows if r["regressed"]]
+    return {**result, "reused": reused, "comparison": rows, "task_comparison": task_rows, "regressed": regressed}

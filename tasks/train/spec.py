@@ -8,6 +8,7 @@ from model.data import read_manifest
 from model.llama import ModelArgs
 from model.protocol import SPEC_FILE
 from model.redact import redact_url
+from model.schedule import decay_start
 from model.spec import DataSpec, Overrides, Spec, TrainSpec, picked
 from pretrain.config import ModelConfig, TrainConfig
 from tasks.common.outputs import read_json, require_complete
@@ -46,8 +47,10 @@ def model_args(m: ModelConfig, tokenizer_report: dict) -> ModelArgs:
 
 
 def data_spec(t: TrainConfig, tokens_dir: Path) -> DataSpec:
+    decay = t.mixture.decay_weights if t.mixture else None
     return picked(DataSpec, t, tokens_dir=str(tokens_dir), pool_by=t.mixture.by if t.mixture else "all",
-                  weights=dict(t.mixture.weights) if t.mixture else None)
+                  weights=dict(t.mixture.weights) if t.mixture else None, decay_weights=dict(decay) if decay else None,
+                  decay_step=decay_start(t.steps, t.decay_frac, t.decay_steps) if decay else None)
 
 
 def train_spec(t: TrainConfig) -> TrainSpec:

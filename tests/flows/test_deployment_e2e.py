@@ -196,6 +196,11 @@ def test_full_deployment_fails_mid_training_and_a_retry_runs_only_what_did_not_f
                 "e2e-full-train", "e2e-full-summary", "e2e-full-rule-tokens"):
         assert key in keys
     assert "chars/token" in keys["e2e-full-tokenizer"]["data"]
+    ledger = keys["e2e-full-train-ledger"]["data"]  # tokens per pool: one pool, one phase, at the last step
+    ledger = json.loads(ledger) if isinstance(ledger, str) else ledger
+    assert [(r["step"], r["phase"], r["pool"], r["share"]) for r in ledger] == [(6, "all", "all", 1.0)]
+    assert [m.value for m in client.get_metric_history(train_run.info.run_id, "tokens/all/all")][-1] == \
+        ledger[0]["tokens"] > 0
     latest = {a["key"]: a for a in api(pg_stack, "/artifacts/latest/filter")}
     for stage in ("clean", "tokenize", "train"):  # progress artifacts of the long stages, at their end
         assert float(latest[f"e2e-full-{stage}-progress"]["data"]) == 100.0, stage

@@ -1,11 +1,12 @@
 import json
 import shutil
+from collections import Counter
 
 import numpy as np
 import pytest
 
 from model.data import (CHANNELS, BlendSchedule, DataError, GlobalSampler, SamplerState, ShardError, TokenDataset,
-                        open_shard, rank_slice, sampler_for)
+                        open_shard, rank_slice, sampler_for, token_ledger)
 
 
 def stream(tokens_dir, entries):
@@ -156,3 +157,55 @@ def test_truncated_or_replaced_shard_is_named(small_shards, tmp_path):
     shutil.copyfile(copy / manifest["shards"][2]["file"], copy / manifest["shards"][0]["file"])
     with pytest.raises(ShardError, match="changed or replaced"):
         TokenDataset(copy, seq_len=32)[0]
+
+
+DECAY_SIZES, STABLE, DECAY = [400, 300, 200], [0.6, 0.4, 0.0], [0.2, 0.3, 0.5]
+
+
+def pool_of(sample: int) -> int:
+    return int(np.searchsorted(np.cumsum(DECAY_SIZES), sample, side="right"))
+
+
+def decay_run(steps: int, decay_step: int, state: SamplerState | None = None, first: int = 0) -> GlobalSampler:
+    s = GlobalSampler(DECAY_SIZES, 5, state, weights=STABLE, decay_weights=DECAY)
+    s.batches = [s.next_global_batch(16, decaying=step >= decay_step) for step in range(first, steps)]
+    return s
+
+
+def test_the_decay_mix_starts_at_its_step_and_each_pool_goes_on_where_it_left():
+    s = decay_run(30, decay_step=10)
+    plain = GlobalSampler(DECAY_SIZES, 5, weights=STABLE)
+    assert s.batches[:10] == [plain.next_global_batch(16) for _ in range(10)]  # the stable phase: the plain mix
+    assert s.state.decay_from == 160
+    decay = Counter(pool_of(i) for b in s.batches[10:] for i in b)
+    assert [abs(decay[j] - 320 * w) <= 1 for j, w in enumerate(DECAY)] == [True] * 3  # 320 positions by DECAY
+    seen = [i for b in s.batches for i in b]
+    assert len(set(seen)) == len(seen)  # no pool restarts its order at the boundary: nothing repeats
+
+
+@pytest.mark.parametrize("saved_after", [4, 10, 17])
+def test_resume_on_either_side_of_the_decay_is_exact(saved_after):
+    full = decay_run(30, decay_step=10)
+    part = decay_run(saved_after, decay_step=10)
+    resumed = decay_run(30, 10, SamplerState.from_dict(json.loads(json.dumps(part.state.to_dict()))), saved_after)
+    assert part.batches + resumed.batches == full.batches
+    assert resumed.state == full.state
+
+
+def test_the_token_ledger_counts_each_phase_and_leaves_skipped_positions_out():
+    s = decay_run(0, 10, SamplerState(skipped=[(20, 36), (30, 40), (180, 200)]))  # overlapping; one at the boundary
+    by_phase = {"stable": Counter(), "decay": Counter()}
+    for step in range(25):
+        ids = s.next_global_batch(16, decaying=step >= 10)
+        by_phase["decay" if step >= 10 else "stable"].update(pool_of(i) for i in ids)
+        if step == 9:
+            boundary = s.state.consumed_samples
+    assert s.state.decay_from == boundary == 180  # the decay's first position, skipped or not
+    ledger = token_ledger(s, s.state, ["a", "b", "c"], seq_len=4)
+    assert ledger == {f"tokens/{phase}/{name}": 4 * by_phase[phase][j]
+                      for phase in ("stable", "decay") for j, name in enumerate("abc")}
+    assert ledger["tokens/stable/c"] == 0 and sum(ledger.values()) == 4 * 25 * 16
+    plain = GlobalSampler(DECAY_SIZES, 5, weights=STABLE)  # no decay mix: one count per pool
+    drawn = Counter(pool_of(i) for i in plain.next_global_batch(64))
+    assert token_ledger(plain, plain.state, ["a", "b", "c/d"], 4) == {
+        "tokens/all/a": 4 * drawn[0], "tokens/all/b": 4 * drawn[1], "tokens/all/c_d": 4 * drawn[2]}

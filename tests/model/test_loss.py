@@ -83,3 +83,26 @@ def test_the_loss_training_watches_is_the_loss_eval_reports():
     eval_sum, eval_tokens = channel_loss(engine.eval(), stream, 4, L, batch=4, device="cpu")
     assert eval_tokens == trained_tokens == 4 * L
     assert eval_sum == pytest.approx(trained_sum, rel=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_z_loss_and_its_gradient_match_the_float64_reference(dtype):
+    from model.loss import token_losses
+
+    torch.manual_seed(1)
+    logits = (4 * torch.randn(40, 97) + 3).to(dtype).requires_grad_()  # an offset: log Z well away from 0
+    targets = torch.randint(0, 97, (40,))
+    weights = torch.rand(40)
+    ours, log_z = token_losses(logits, targets, 3 * 97, z_weight=1e-2)
+    (ours * weights).sum().backward()
+    ref_logits = logits.detach().double().requires_grad_()
+    ref_log_z = torch.logsumexp(ref_logits, dim=-1)
+    ref = reference(ref_logits, targets) + 1e-2 * ref_log_z.square()
+    (ref * weights.double()).sum().backward()
+    torch.testing.assert_close(log_z.double(), ref_log_z.detach(), rtol=1e-6, atol=1e-5)
+    torch.testing.assert_close(ours.double(), ref.detach(), rtol=1e-6, atol=1e-5)
+    torch.testing.assert_close(logits.grad, ref_logits.grad.to(dtype), rtol=1e-2 if dtype == torch.bfloat16 else 1e-5,
+                               atol=1e-6)
+    assert not log_z.requires_grad
+    plain, _ = token_losses(logits, targets, 3 * 97)  # no z-loss: the cross-entropy alone, exactly
+    assert torch.equal(plain, token_cross_entropy(logits, targets, 3 * 97))

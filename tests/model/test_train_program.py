@@ -11,7 +11,7 @@ from model.evaluate import perplexities
 from model.guard import Guard, fault_point
 from model.llama import ModelArgs, Transformer
 from model.perf import mfu, peak_tflops
-from model.steps import N_CHANNELS, STATS, lr_at, step_loss
+from model.steps import LOG_Z, N_CHANNELS, STATS, Z_LOSS, lr_at, step_loss
 from tasks.train.spec import train_spec
 
 ARGS = ModelArgs(dim=32, n_layers=1, n_heads=2, n_kv_heads=1, vocab_size=50, ffn_hidden=64, max_seq_len=16)
@@ -27,15 +27,26 @@ def test_per_channel_loss_sums_match_a_direct_computation():
     tokens = torch.randint(0, 50, (2, 9))
     channels = torch.tensor([[0] * 3 + [1] * 5, [2] * 8])  # a document boundary inside sample 0
     stats = torch.zeros(STATS)
-    loss = step_loss(engine, tokens, channels, stats)
-    per_token = F.cross_entropy(engine(tokens[:, :-1]).flatten(0, 1), tokens[:, 1:].flatten(), reduction="none")
+    loss, cross_entropy = step_loss(engine, tokens, channels, stats)
+    assert loss.requires_grad and torch.equal(loss.detach(), cross_entropy)  # no z-loss: the same figure
+    logits = engine(tokens[:, :-1]).flatten(0, 1)
+    per_token = F.cross_entropy(logits, tokens[:, 1:].flatten(), reduction="none")
     ch = channels.flatten()
-    sums = torch.stack([stats[1:1 + N_CHANNELS], stats[1 + N_CHANNELS:]])
+    sums = torch.stack([stats[1:1 + N_CHANNELS], stats[1 + N_CHANNELS:1 + 2 * N_CHANNELS]])
     for c in range(len(CHANNELS)):
         assert sums[0, c].item() == pytest.approx(per_token[ch == c].sum().item(), rel=1e-6)
         assert sums[1, c].item() == (ch == c).sum().item()
     assert loss.item() == pytest.approx(sums[0].sum().item() / 16, rel=1e-6)
     assert perplexities(sums)["eval_ppl_zh"] == pytest.approx(math.exp(sums[0, 0].item() / 3))
+    log_z = torch.logsumexp(logits, dim=-1)
+    assert stats[LOG_Z].item() == pytest.approx(log_z.sum().item(), rel=1e-5) and stats[Z_LOSS].item() == 0
+
+    z_stats = torch.zeros(STATS)  # with z-loss: trained on, logged apart; the channels' cross-entropy unchanged
+    z_loss, z_cross_entropy = step_loss(engine, tokens, channels, z_stats, z_weight=1e-2)
+    assert z_cross_entropy.item() == pytest.approx(loss.item(), rel=1e-5)
+    assert z_loss.item() == pytest.approx(loss.item() + 1e-2 * log_z.square().mean().item(), rel=1e-5)
+    assert z_stats[Z_LOSS].item() == pytest.approx(1e-2 * log_z.square().sum().item(), rel=1e-5)
+    torch.testing.assert_close(z_stats[1:1 + 2 * N_CHANNELS], stats[1:1 + 2 * N_CHANNELS], rtol=1e-5, atol=1e-5)
 
 
 def test_schedules_are_selected_by_config(tiny_cfg):

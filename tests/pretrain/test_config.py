@@ -93,6 +93,10 @@ def load_text(tmp_path, text: str):
     ("train", "warmup_steps", 6, "train.warmup_steps=6 is not below train.steps=6"),
     ("scaling", "budgets", [1e17, -3e17], "scaling.budgets.1: Input should be greater than 0"),
     ("scaling", "dims", [0], "scaling.dims.0: Input should be greater than 0"),
+    ("train", "mixture", {"weights": {"en": 1}, "decay_weights": {"code": 1}},
+     "decay_weights starts at the schedule's decay, which only schedule: wsd has"),
+    ("train", "mixture", {"weights": {"en": 1}, "decay_weights": {"code": -1, "en": 1}},
+     "train.mixture.decay_weights {'code': -1.0, 'en': 1.0} must be non-negative"),
 ])
 def test_values_that_used_to_pass_are_refused_at_validation(tmp_path, section, key, value, message):
     data = tiny_dict(tmp_path)

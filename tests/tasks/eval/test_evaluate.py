@@ -27,3 +27,21 @@ def test_a_checkpoint_is_scored_once_and_missing_ones_are_named(tiny_cfg):
     assert pick_checkpoint(tiny_cfg, None) is None
     with pytest.raises(FileNotFoundError, match="step_00000009 is not a complete checkpoint"):
         pick_checkpoint(tiny_cfg, "step_00000009")
+
+
+def test_task_figures_regress_only_beyond_their_noise():
+    from tasks.eval.task_files import compare_tasks
+
+    before = {"tasks": {"zh-cloze": {"bpb": 2.00, "bpb_se": 0.05, "acc": 0.40, "acc_se": 0.05, "acc_norm": 0.40,
+                                     "acc_norm_se": 0.05}}}
+    within = {"tasks": {"zh-cloze": {"bpb": 2.10, "bpb_se": 0.05, "acc": 0.30, "acc_se": 0.05, "acc_norm": 0.55,
+                                     "acc_norm_se": 0.05}}}
+    rows = {r["figure"]: r for r in compare_tasks(before, within, sigmas=2.0)}
+    assert rows["bpb"]["noise"] == round(2 * (0.05 ** 2 * 2) ** 0.5, 4) == 0.1414
+    assert not rows["bpb"]["regressed"] and not rows["acc"]["regressed"]  # 0.10 worse each: inside 0.14
+    assert not rows["acc_norm"]["regressed"]  # better is never a regression
+    beyond = {"tasks": {"zh-cloze": {**within["tasks"]["zh-cloze"], "bpb": 2.20, "acc": 0.20}}}
+    rows = {r["figure"]: r for r in compare_tasks(before, beyond, sigmas=2.0)}
+    assert rows["bpb"]["regressed"] and rows["acc"]["regressed"] and rows["acc"]["change"] == -0.2
+    fresh = compare_tasks(None, beyond, sigmas=2.0)  # nothing before: nothing to call a regression
+    assert fresh and not any(r["regressed"] for r in fresh) and all(r["previous"] is None for r in fresh)

@@ -1,8 +1,10 @@
 """The training program under real DeepSpeed ranks (2 CPU processes, gloo): exact resume, dead ranks, broken callbacks."""
+import json
+
 import pytest
 import torch
 
-from model.checkpoint import complete_tags, latest_complete
+from model.checkpoint import complete_tags, latest_complete, read_meta
 from model.export_hf import load_checkpoint_state
 from model.protocol import read_jsonl
 from model.spec import Overrides
@@ -221,3 +223,110 @@ def test_a_killed_deepspeed_launcher_leaves_no_rank_training_orphaned(prepared_r
     assert latest_complete(out / "checkpoints") == f"step_{stopped['step']:08d}"
     time.sleep(1)
     assert not left_behind(out), output[-2000:]
+
+
+def decay_settings():
+    from pretrain.config import MixtureConfig
+
+    mix = MixtureConfig(by="channel", weights={"zh": 1.0, "en": 1.0}, decay_weights={"en": 1.0, "code": 1.0})
+    return dict(steps=8, save_every=3, schedule="wsd", decay_frac=0.5, warmup_steps=1, mixture=mix)
+
+
+@pytest.fixture(scope="module")
+def decayed_run(prepared_run, tmp_path_factory):
+    """8 steps of wsd whose second half draws another mix; checkpoints at 3, 6 and 8."""
+    cfg, root = prepared_run
+    out = tmp_path_factory.mktemp("decayed") / "train"
+    _, lines = train(cfg, root, out, **decay_settings())
+    return out, lines
+
+
+def test_the_decay_mix_starts_at_the_schedules_decay_and_resumes_exactly_on_both_sides(prepared_run, decayed_run,
+                                                                                         tmp_path):
+    cfg, root = prepared_run
+    straight, lines = decayed_run
+    settings = decay_settings()
+    assert any("zh:" in line and "(decay 0.000)" in line and "code:" in line for line in lines)  # the planned mix
+    m = {r["step"]: r for r in read_jsonl(straight / "metrics.jsonl")}
+    # decay_frac 0.5 of 8 steps: the decay begins with the 5th step (index 4), the mix with it
+    assert [m[s]["tokens/decay/code"] > 0 for s in range(1, 9)] == [False] * 4 + [True] * 4
+    assert [m[s]["tokens/decay/zh"] for s in range(1, 9)] == [0] * 8
+    assert len({m[s]["tokens/stable/zh"] for s in range(4, 9)}) == 1 and m[4]["tokens/stable/code"] == 0
+    assert m[5]["lr"] == m[4]["lr"] > m[6]["lr"] > m[8]["lr"]  # the schedule's decay: from step index 4 on
+    global_batch = cfg.train.micro_batch_size * cfg.train.grad_accum * 2
+    ledger = {k: v for k, v in m[8].items() if k.startswith("tokens/")}
+    assert sum(ledger.values()) == 8 * global_batch * cfg.train.seq_len
+
+    out = tmp_path / "resumed"
+    with pytest.raises(TrainingFailed):
+        train(cfg, root, out, env={"PRETRAIN_FAULTS": "crash_at_step_5"}, **settings)  # saved at 3: before it
+    with pytest.raises(TrainingFailed):
+        train(cfg, root, out, env={"PRETRAIN_FAULTS": "crash_at_step_8"}, **settings)  # from 3; saved at 6: in it
+    _, lines = train(cfg, root, out, **settings)
+    assert any("resumed from step_00000006 at step 6" in line for line in lines)
+    assert losses(out) == losses(straight)  # exact, every step, both crossings
+    last = read_jsonl(out / "metrics.jsonl")[-1]
+    assert {k: last[k] for k in ledger} == ledger
+
+
+def test_averaged_checkpoints_are_the_mean_of_their_weights(prepared_run, decayed_run, tmp_path):
+    import yaml
+    from safetensors.torch import load_file
+
+    from model.export_hf import hf_state_dict
+    from model.llama import ModelArgs
+    from pretrain.cli import main
+    from tests.conftest import tiny_dict
+
+    cfg, root = prepared_run
+    straight, _ = decayed_run
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(tiny_dict(root)))
+    tags = ["step_00000003", "step_00000006", "step_00000008"]
+    out = tmp_path / "avg"
+    args = ["average", "--config", str(config), "--out", str(out), "--dtype", "fp32"]
+    assert main(args + [a for t in tags for a in ("--checkpoint", str(straight / "checkpoints" / t))]) == 0
+    states = [load_checkpoint_state(straight / "checkpoints", t) for t in tags]
+    expected = {k: sum(s[k].double() for s in states) / 3 for k in states[0]}
+    model_args = ModelArgs(**read_meta(straight / "checkpoints", tags[0])["model"])
+    got = load_file(str(out / "model.safetensors"))
+    for name, tensor in hf_state_dict(expected, model_args, torch.float32).items():
+        torch.testing.assert_close(got[name], tensor, rtol=0, atol=1e-7)
+    record = json.loads((out / "average.json").read_text())
+    assert [i["step"] for i in record["inputs"]] == [3, 6, 8]
+    assert main(args + ["--checkpoint", str(straight / "checkpoints" / tags[0])]) == 2  # one is not an average
+
+
+def test_task_files_score_checkpoints_in_chinese_and_english(prepared_run, decayed_run, tmp_path):
+    from pretrain.config import parse_config
+    from tasks.eval.evaluate import evaluate
+    from tests.conftest import tiny_dict
+
+    _, root = prepared_run
+    straight, _ = decayed_run
+    run_root = tmp_path / "run"
+    run_root.mkdir()
+    (run_root / "train").symlink_to(straight)
+    (run_root / "tokenizer").symlink_to(root / "tokenizer")
+    tasks = {"zh-cloze": [{"context": "今天的天气", "choices": ["很好。", "电脑键盘"], "answer": 0},
+                          {"context": "我们一起去", "choices": ["学校。", "的的的"], "answer": 0},
+                          {"context": "北京是中国的", "answer": "首都。"}],
+             "en-cloze": [{"context": "The cat sat on the", "choices": [" mat.", " of the"], "answer": 0},
+                          {"context": "She opened the", "choices": [" door.", " was"], "answer": 0},
+                          {"context": "Water boils at one hundred", "answer": " degrees."}]}
+    files = []
+    for name, items in tasks.items():
+        files.append(tmp_path / f"{name}.jsonl")
+        files[-1].write_text("\n".join(json.dumps(i, ensure_ascii=False) for i in items))
+    data = tiny_dict(run_root)
+    data["eval"] = {"task_files": [str(f) for f in files]}
+    cfg = parse_config(data)
+    first, last = evaluate(cfg, "step_00000003"), evaluate(cfg, "step_00000008")
+    for result in (first, last):
+        assert set(result["tasks"]) == {"zh-cloze", "en-cloze"}
+        for scores in result["tasks"].values():
+            assert scores["items"] == 3 and scores["mc_items"] == 2 and 0 < scores["bpb"] < 40
+            assert scores["acc"] in (0.0, 0.5, 1.0) and scores["bpb_se"] > 0
+    assert {(r["task"], r["figure"]) for r in last["task_comparison"] if r["previous"] is not None} == \
+        {(t, f) for t in tasks for f in ("bpb", "acc", "acc_norm")}  # compared with step 3's scores
+    assert last["tasks"]["en-cloze"]["bpb"] != first["tasks"]["en-cloze"]["bpb"]  # the weights changed between

@@ -5,7 +5,8 @@ each, gloo), their link slowed by `tc` to each of --rates Mbit/s.
 
 Per link speed:
   calibrate  preflight's profiled run (ZeRO-1, G=1): the compute time of a sample, and the bandwidth its own
-             collectives had (tasks/train/comm_plan.py measured_from, as on a cluster without nccl-tests)
+             collectives had (tasks/train/comm_plan.py measured_from, as on a cluster without nccl-tests); once
+             a round, the medians used
   grid       ZeRO 1/2/3 x G in {1, 4} x buckets {DeepSpeed's 5e8, the model in 8}: each trains --steps steps,
              --repeats times, the rounds interleaved (a slow spell of this shared machine falls on every cell
              alike); a run's figures: the median step time after the first two (profiled steps left out), the
@@ -83,19 +84,24 @@ def grid(params: int) -> list[Layout]:
 
 def run_rate(cfg, tmp: Path, rate: float, rows: int, steps: int, repeats: int) -> list[dict]:
     shape_links(rate)
-    found = calibrate(cfg, tmp)
     size = model_size(cfg.model, cfg.train, rows)
-    cluster = Cluster(2, found.busbw_gbps, LATENCY_S["cpu"], found.compute_s_per_sample, overlaps=False)
-    print(f"\n{rate:g} Mbit/s: calibrated {found.busbw_gbps * 8e3:.0f} Mbit/s bus bandwidth, "
-          f"{found.compute_s_per_sample * 1e3:.1f} ms compute a sample; model {size.params:,} parameters", flush=True)
     runs: dict[Layout, list[dict]] = {layout: [] for layout in grid(size.params)}
-    for round_ in range(repeats):
+    found = []
+    for round_ in range(repeats):  # the calibration too, once a round: one slow spell must not skew every cell
+        found.append(calibrate(cfg, tmp))
+        print(f"  round {round_ + 1} calibration: {found[-1].busbw_gbps * 8e3:.0f} Mbit/s bus bandwidth, "
+              f"{found[-1].compute_s_per_sample * 1e3:.1f} ms compute a sample", flush=True)
         for layout, done in runs.items():
-            p, m = predict(size, layout, cluster), measure(cfg, tmp, layout, steps, rate, round_)
-            done.append(m)
+            done.append(measure(cfg, tmp, layout, steps, rate, round_))
+            m = done[-1]
             print(f"  round {round_ + 1} ZeRO-{layout.zero_stage} G={layout.grad_accum} bucket {layout.bucket:>11,}: "
-                  f"predicted {p.step_s:.3f} s ({p.comm_share:.0%}), measured {m['step_s']:.3f} s "
-                  f"({m['comm_share']:.0%}, {m['overlap']:.0%} in the backward)", flush=True)
+                  f"measured {m['step_s']:.3f} s ({m['comm_share']:.0%}, {m['overlap']:.0%} in the backward)",
+                  flush=True)
+    busbw = statistics.median(f.busbw_gbps for f in found)
+    compute = statistics.median(f.compute_s_per_sample for f in found)
+    cluster = Cluster(2, busbw, LATENCY_S["cpu"], compute, overlaps=False)
+    print(f"\n{rate:g} Mbit/s: calibrated (median of {repeats}) {busbw * 8e3:.0f} Mbit/s bus bandwidth, "
+          f"{compute * 1e3:.1f} ms compute a sample; model {size.params:,} parameters", flush=True)
     return [{"rate": rate, "layout": layout, "predicted": predict(size, layout, cluster), "measured": combined(done)}
             for layout, done in runs.items()]
 

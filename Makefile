@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 TORCH_VERSION     := 2.13.0
 DEEPSPEED_VERSION := 0.19.8
 
-.PHONY: install demo demo-rollback stop status test test-fast gpu-check gpu-prepare gpu-sim clean-runs
+.PHONY: install demo demo-rollback demo-decay stop status test test-fast gpu-check gpu-prepare gpu-sim clean-runs
 
 install: $(STAMP)
 
@@ -30,6 +30,10 @@ demo: install
 # the demo with a loss spike injected at step 121: rollback and skip-ahead as sub-flows, marked on the loss plot
 demo-rollback: install
 	bash infra/local.sh demo-rollback
+
+# the WSD decay phase: a decay that draws another mix, task evals per checkpoint, a decay branch from step 100
+demo-decay: install
+	bash infra/local.sh demo-decay
 
 stop:
 	bash infra/local.sh down

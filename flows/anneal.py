@@ -4,10 +4,12 @@ branch point. The run's own files are not touched; several branches can start fr
 """
 from __future__ import annotations
 
+import math
+
 from prefect import flow, task
 
-from flows import tracking
-from flows.common import DEFAULT_CONFIG, StageRun, markdown_artifact, mlflow_run
+from flows.common import DEFAULT_CONFIG, markdown_artifact, mlflow_run
+from flows.versions import register_export
 from pretrain.config import PipelineConfig, resolve_config
 from tasks.common.lease import lease
 from tasks.train.anneal import parse_mix, run_anneal
@@ -19,20 +21,13 @@ def branch_task(cfg: PipelineConfig, name: str, tag: str | None, tokens: int, mi
     return run_anneal(cfg, name, tag, tokens, mix, min_lr, env)
 
 
-def register_branch(run: StageRun, result: dict) -> str:
-    """The branch's export as a version of the run's registered model, alias `anneal-<name>` (not `newest`)."""
-    client = tracking.client(run.mlflow_uri)
-    client.log_artifacts(run.run_id, result["hf_export"], "hf_export")
-    model = run.cfg.name
-    if not client.search_registered_models(f"name = '{model}'"):
-        client.create_registered_model(model, description=f"Hugging Face exports of the `{model}` training runs")
-    source = result["source"]
-    version = client.create_model_version(model, f"runs:/{run.run_id}/hf_export", run_id=run.run_id, tags={
-        "branch": result["name"], "branch_point": source["checkpoint"], "branch_step": str(source["step"]),
-        "checkpoint": result["final_checkpoint"], "anneal_tokens": str(source["tokens"]),
-        "anneal_mix": str(source["mix"])})
-    client.set_registered_model_alias(model, f"anneal-{result['name']}", version.version)
-    return version.version
+def eval_metrics(scores: dict) -> dict[str, float]:
+    """Held-out (and task) scores under the eval flow's names: the run's checkpoints, its branches and averages
+    compare side by side in MLflow."""
+    metrics = {f"ckpt_eval_ppl_{c}": v for c, v in scores["ppl"].items()}
+    metrics.update({f"ckpt_task/{task}/{k}": v for task, figures in scores.get("tasks", {}).items()
+                    for k, v in figures.items() if isinstance(v, float) and math.isfinite(v)})
+    return metrics
 
 
 @flow(name="anneal", log_prints=True)
@@ -50,9 +45,12 @@ def anneal_flow(config: PipelineConfig | str = DEFAULT_CONFIG, from_checkpoint: 
             result = branch_task(cfg, name, from_checkpoint, tokens, shares, min_lr, run.rank_env())
             run.set_tags({"branch_point": result["source"]["checkpoint"], "hf_export": result["hf_export"]})
             if result["eval"]:
-                run.log_metrics({f"anneal_eval_ppl_{c}": v for c, v in result["eval"]["ppl"].items()},
-                                step=result["final_step"])
-            result["model_version"] = register_branch(run, result)
+                run.log_metrics(eval_metrics(result["eval"]), step=result["final_step"])
+            source = result["source"]
+            result["model_version"] = register_export(run, result["hf_export"], f"anneal-{name}", {
+                "branch": name, "branch_point": source["checkpoint"], "branch_step": str(source["step"]),
+                "checkpoint": result["final_checkpoint"], "anneal_tokens": str(source["tokens"]),
+                "anneal_mix": str(source["mix"])})
             ok = True
         finally:
             run.end(ok)

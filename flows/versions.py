@@ -86,15 +86,24 @@ def log_lineage(run: StageRun, version: StageVersion, result: dict) -> None:
                                                 [InputTag("mlflow.data.context", "training")])])
     if not result.get("hf_export"):
         return
-    client.log_artifacts(run.run_id, result["hf_export"], "hf_export")
+    number = register_export(run, result["hf_export"], NEWEST_ALIAS, {
+        "checkpoint": result["latest_checkpoint"], "train_version": version.version,
+        **{f"input.{k}": v for k, v in version.inputs.items()}})
+    print(f"registered {run.cfg.name} version {number} (alias {NEWEST_ALIAS}) from {result['hf_export']}")
+
+
+def register_export(run: StageRun, export_dir: str, alias: str, tags: dict[str, str]) -> str:
+    """A Hugging Face export (the training's, a decay branch's, an average's) as a version of the run's registered
+    model under `alias` (a branch or an average has its own: `newest` stays the training's); the tags name what it
+    was made from."""
+    client = tracking.client(run.mlflow_uri)
+    client.log_artifacts(run.run_id, export_dir, "hf_export")
     name = run.cfg.name
     if not client.search_registered_models(f"name = '{name}'"):
         client.create_registered_model(name, description=f"Hugging Face exports of the `{name}` training runs")
-    model = client.create_model_version(name, f"runs:/{run.run_id}/hf_export", run_id=run.run_id, tags={
-        "checkpoint": result["latest_checkpoint"], "train_version": version.version,
-        **{f"input.{k}": v for k, v in version.inputs.items()}})
-    client.set_registered_model_alias(name, NEWEST_ALIAS, model.version)
-    print(f"registered {name} version {model.version} (alias {NEWEST_ALIAS}) from {result['hf_export']}")
+    version = client.create_model_version(name, f"runs:/{run.run_id}/hf_export", run_id=run.run_id, tags=tags)
+    client.set_registered_model_alias(name, alias, version.version)
+    return version.version
 
 
 def lineage(mlflow_uri: str, model_name: str, alias: str = "newest") -> dict:

@@ -7,6 +7,7 @@
 #   bash infra/local.sh deploy    register deployments/prefect.yaml
 #   bash infra/local.sh demo      up + deploy + run pretrain/full on configs/tiny.yaml and watch it
 #   bash infra/local.sh demo-rollback   the same with a loss spike injected: rollback and skip-ahead to watch
+#   bash infra/local.sh demo-decay      configs/tiny-decay.yaml (a decay with its own mix), then a decay branch
 #   bash infra/local.sh status    what is running
 #   bash infra/local.sh down      stop everything `up` started
 #
@@ -146,7 +147,14 @@ case "${1:-}" in
   demo-rollback) DEMO_ENV='{"PRETRAIN_SPIKE_POSITIONS": "960-968"}' demo configs/tiny-rollback.yaml
                  echo "Rollback: the train sub-flow's 'rollback' and 'skip-ahead' sub-flows and their artifacts in Prefect;"
                  echo "          loss.png and recovery.jsonl in the MLflow run tiny-rollback/train" ;;
+  # the WSD decay phase: a run whose decay draws another mix, then a decay branch from its middle checkpoint
+  demo-decay) demo configs/tiny-decay.yaml
+              "$BIN/prefect" deployment run anneal/default -p config=configs/tiny-decay.yaml \
+                -p from_checkpoint=step_00000100 -p tokens=40960 -p mix=zh=0.2,en=0.6,code=0.2 -p name=mid-en --watch
+              echo "Decay: MLflow runs tiny-decay/train (tokens/stable/* and tokens/decay/* change at step 140, the"
+              echo "       eval flow's ckpt_eval_ppl_* and ckpt_task/* per checkpoint) and tiny-decay/anneal/mid-en (the"
+              echo "       branch from step 100, the same eval metrics at its last step): select both, Compare" ;;
   status) status ;;
   down) down ;;
-  *) echo "usage: $0 up|deploy|demo [config]|demo-rollback|status|down" >&2; exit 2 ;;
+  *) echo "usage: $0 up|deploy|demo [config]|demo-rollback|demo-decay|status|down" >&2; exit 2 ;;
 esac

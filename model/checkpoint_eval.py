@@ -46,11 +46,18 @@ def evaluate_checkpoint(train_dir: Path, tag: str | None = None, device: str = "
     ckpt_dir = Path(train_dir) / "checkpoints"
     tag = ckpt.complete_tag(ckpt_dir, tag)
     model, spec = load_model(train_dir, tag, device)
+    scores = held_out_scores(model, spec, device, batch, max_samples_per_channel, str(train_dir))
+    return {"tag": tag, "step": ckpt.read_meta(ckpt_dir, tag)["step"], **scores}
+
+
+def held_out_scores(model: Transformer, spec: Spec, device: str = "cpu", batch: int = 8,
+                    max_samples_per_channel: int | None = None, trained_in: str = "the run") -> dict:
+    """Perplexity, mean loss and tokens per channel of `model` on the samples the run of `spec` held out."""
     if not spec.data.eval_samples_per_channel:
-        raise ValueError(f"{train_dir} was trained without a held-out set (train.eval_samples_per_channel: 0); "
+        raise ValueError(f"{trained_in} was trained without a held-out set (train.eval_samples_per_channel: 0); "
                          f"nothing unseen to score it on. Set it above 0 for the next run")
     dataset = training_dataset(spec.data.tokens_dir, spec.data)
-    result = {"tag": tag, "step": ckpt.read_meta(ckpt_dir, tag)["step"], "ppl": {}, "loss": {}, "tokens": {}}
+    result = {"ppl": {}, "loss": {}, "tokens": {}}
     for channel, count in sorted(dataset.eval_counts.items()):
         count = min(count, max_samples_per_channel or count)
         stream = torch.from_numpy(dataset.eval_tokens(channel))

@@ -28,6 +28,7 @@ STAGES = ("clean", "tokenizer", "tokenize", "preflight", "train")
 
 def _flow_for(command: str):
     from flows.anneal import anneal_flow
+    from flows.average import average_flow
     from flows.clean import clean_flow
     from flows.evaluation import eval_flow
     from flows.full import pretrain
@@ -38,7 +39,8 @@ def _flow_for(command: str):
     from flows.train import train_flow
 
     return {"clean": clean_flow, "tokenizer": tokenizer_flow, "tokenize": tokenize_flow, "preflight": preflight_flow,
-            "train": train_flow, "run": pretrain, "eval": eval_flow, "scaling": scaling_flow, "anneal": anneal_flow}[command]
+            "train": train_flow, "run": pretrain, "eval": eval_flow, "scaling": scaling_flow, "anneal": anneal_flow,
+            "average": average_flow}[command]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -89,27 +91,14 @@ def build_parser() -> argparse.ArgumentParser:
     an.add_argument("--name", default=None, help="the branch's folder and alias; default: <from>-<tokens>")
     an.add_argument("--min-lr", type=float, default=0.0, help="where the learning rate decays to (default 0)")
     avg = sub.add_parser("average", help="average the weights of complete checkpoints (of a run or its decay "
-                         "branches) into one Hugging Face model")
+                         "branches) into one Hugging Face model, scored and registered (alias average-<name>)")
     avg.add_argument("--config", required=True, help="the run's config (its tokenizer is the export's)")
     avg.add_argument("--checkpoint", action="append", required=True, metavar="DIR",
                      help="a checkpoint folder, <run_root>/train/checkpoints/<tag> (repeat, at least twice)")
-    avg.add_argument("--out", default=None, help="output directory; default: <run_root>/train/hf/average-<tags>")
+    avg.add_argument("--name", default=None, help="the average's name (its folder <run_root>/train/hf/average-<name> "
+                     "and alias average-<name>); default: the tags joined")
     avg.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16")
     return parser
-
-
-def average_command(cfg, args) -> int:
-    from tasks.train.average import average_checkpoints
-
-    root = cfg.run_root_path()
-    out = args.out or root / "train" / "hf" / ("average-" + "-".join(Path(c).name for c in args.checkpoint))[:120]
-    try:
-        result = average_checkpoints(args.checkpoint, root / "tokenizer", out, args.dtype)
-    except (OSError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print(json.dumps(result, indent=2))
-    return 0
 
 
 def export_command(cfg, args) -> int:
@@ -225,10 +214,11 @@ def main(argv: list[str] | None = None) -> int:
         return lineage_command(cfg, args.alias)
     if args.command == "export-hf":
         return export_command(cfg, args)
-    if args.command == "average":
-        return average_command(cfg, args)
     try:
         extra = {"checkpoint": args.checkpoint} if args.command == "eval" else {}
+        if args.command == "average":
+            extra = {"checkpoints": [str(Path(c).resolve()) for c in args.checkpoint], "name": args.name,
+                     "dtype": args.dtype}
         if args.command == "anneal":
             extra = {"from_checkpoint": args.from_checkpoint, "tokens": args.tokens, "mix": args.mix,
                      "name": args.name, "min_lr": args.min_lr}

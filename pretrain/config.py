@@ -721,7 +721,7 @@ class PipelineConfig(Strict):
 # The sections a command cannot run without; the others have defaults. Stages that need none of these
 # (tokenizer, tokenize, eval) run from a config with name, run_root and their own section alone.
 SECTIONS_NEEDED = {"clean": ("clean",), "run": ("clean", "model", "train"), "preflight": ("model", "train"),
-                   "anneal": ("model", "train"),
+                   "anneal": ("model", "train"), "average": ("model", "train"),
                    "train": ("model", "train"), "scaling": ("model", "train")}
 
 

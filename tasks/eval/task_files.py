@@ -13,11 +13,12 @@ from tasks.tokenize.parts import tokenizer_at
 WORSE = {"bpb": 1, "acc": -1, "acc_norm": -1}
 
 
-def score_task_files(cfg: PipelineConfig, tag: str) -> dict[str, dict]:
-    """Task name (the file's stem) -> its scores, for checkpoint `tag` of the run."""
+def score_task_files(cfg: PipelineConfig, tag: str, train_dir: Path | None = None) -> dict[str, dict]:
+    """Task name (the file's stem) -> its scores, for checkpoint `tag` of the run (or of the training in
+    `train_dir`: a decay branch)."""
     root = cfg.run_root_path()
     tasks = {Path(f).stem: read_task(Path(f)) for f in cfg.eval.task_files}  # a bad file fails before the model loads
-    model, spec = load_model(root / "train", tag, cfg.eval.device)
+    model, spec = load_model(train_dir or root / "train", tag, cfg.eval.device)
     tokenizer, eos, _ = tokenizer_at(str(root / "tokenizer" / "tokenizer.json"))
     return {name: score_items(model, tokenizer, items, eos, spec.model.max_seq_len, cfg.eval.device)
             for name, items in tasks.items()}

@@ -113,6 +113,7 @@ def run_anneal(cfg: PipelineConfig, name: str, tag: str | None, tokens: int, mix
                min_lr: float = 0.0, env: dict[str, str] | None = None, log_line=print) -> dict:
     """Train the branch, export its last checkpoint, and score it on the run's held-out samples."""
     from model.checkpoint_eval import evaluate_checkpoint
+    from tasks.eval.task_files import score_task_files
     from tasks.train.export import export_run_checkpoint
     from tasks.train.run import run_train
 
@@ -123,6 +124,8 @@ def run_anneal(cfg: PipelineConfig, name: str, tag: str | None, tokens: int, mix
     exported = export_run_checkpoint(out, root / "tokenizer", out / "hf" / final, final)
     scores = evaluate_checkpoint(out, final, cfg.eval.device, cfg.eval.batch_size,
                                  cfg.eval.max_samples_per_channel) if settings.eval_samples_per_channel else None
+    if scores is not None and cfg.eval.task_files:
+        scores["tasks"] = score_task_files(cfg, final, out)
     result = {"name": name, "source": source, "branch_dir": str(out), "final_checkpoint": str(out / "checkpoints" / final),
               "final_step": trained["latest_step"], "hf_export": exported["export_dir"], "eval": scores}
     write_json(out / "result.json", result)

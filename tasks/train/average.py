@@ -6,8 +6,11 @@ from pathlib import Path
 
 from model import checkpoint as ckpt
 from model.average import mean_state
+from model.checkpoint_eval import held_out_scores
 from model.export_hf import export, load_checkpoint_state
-from model.llama import ModelArgs
+from model.llama import ModelArgs, Transformer
+from model.protocol import SPEC_FILE
+from model.spec import Spec
 from tasks.train.export import DTYPES
 
 AVERAGE_FILE = "average.json"
@@ -31,8 +34,21 @@ def same_model_and_data(metas: list[dict], paths: list[Path]) -> None:
                                  f"{metas[0].get(key)}); average checkpoints of one run or its branches")
 
 
-def average_checkpoints(paths: list[Path], tokenizer_dir: Path, out_dir: Path, dtype: str = "bf16") -> dict:
-    """The mean of the checkpoints' fp32 weights, exported to out_dir with average.json naming its inputs."""
+def held_out(state: dict, args: ModelArgs, train_dir: Path, device: str) -> dict | None:
+    """The averaged weights' perplexity per channel on the run's held-out samples, as the eval flow scores a
+    checkpoint; None when the run held none out."""
+    spec = Spec.load(train_dir / SPEC_FILE)
+    if not spec.data.eval_samples_per_channel:
+        return None
+    model = Transformer(args)
+    model.load_state_dict(state)
+    return held_out_scores(model.to(device).eval(), spec, device)
+
+
+def average_checkpoints(paths: list[Path], tokenizer_dir: Path, out_dir: Path, dtype: str = "bf16",
+                        device: str = "cpu") -> dict:
+    """The mean of the checkpoints' fp32 weights, exported to out_dir with average.json naming its inputs, and
+    scored on the held-out samples of the first input's run (when it held some out)."""
     paths = [Path(p) for p in paths]
     if len(paths) < 2:
         raise ValueError(f"averaging needs at least two checkpoints, got {len(paths)}")
@@ -43,6 +59,7 @@ def average_checkpoints(paths: list[Path], tokenizer_dir: Path, out_dir: Path, d
     out = export(state, args, Path(tokenizer_dir), Path(out_dir), DTYPES[dtype],
                  source="average of " + ", ".join(str(p) for p in paths))
     record = {"inputs": [{"checkpoint": str(p), "step": m.get("step")} for p, m in zip(paths, metas)],
-              "manifest_version": metas[0].get("manifest_version"), "dtype": dtype, "export_dir": str(out)}
+              "manifest_version": metas[0].get("manifest_version"), "dtype": dtype, "export_dir": str(out),
+              "eval": held_out(state, args, paths[0].parent.parent, device)}
     (out / AVERAGE_FILE).write_text(json.dumps(record, indent=2))
     return record

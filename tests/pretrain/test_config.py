@@ -9,7 +9,7 @@ from pretrain.config import ConfigError, UniqueKeyLoader, load_config, parse_con
 from tests.conftest import ROOT, tiny_dict
 
 
-@pytest.mark.parametrize("name", ["tiny", "tiny-rollback", "125m", "500m", "1.5b"])
+@pytest.mark.parametrize("name", ["tiny", "tiny-rollback", "tiny-decay", "125m", "500m", "1.5b"])
 def test_shipped_presets_validate(name):
     cfg = load_config(ROOT / "configs" / f"{name}.yaml")
     assert cfg.train.seq_len <= cfg.model.max_seq_len

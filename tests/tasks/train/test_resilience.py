@@ -4,7 +4,7 @@ import json
 import pytest
 import torch
 
-from model.checkpoint import complete_tags, latest_complete, read_meta
+from model.checkpoint import complete_tags, latest_complete
 from model.export_hf import load_checkpoint_state
 from model.protocol import read_jsonl
 from model.spec import Overrides
@@ -267,34 +267,6 @@ def test_the_decay_mix_starts_at_the_schedules_decay_and_resumes_exactly_on_both
     assert losses(out) == losses(straight)  # exact, every step, both crossings
     last = read_jsonl(out / "metrics.jsonl")[-1]
     assert {k: last[k] for k in ledger} == ledger
-
-
-def test_averaged_checkpoints_are_the_mean_of_their_weights(prepared_run, decayed_run, tmp_path):
-    import yaml
-    from safetensors.torch import load_file
-
-    from model.export_hf import hf_state_dict
-    from model.llama import ModelArgs
-    from pretrain.cli import main
-    from tests.conftest import tiny_dict
-
-    cfg, root = prepared_run
-    straight, _ = decayed_run
-    config = tmp_path / "run.yaml"
-    config.write_text(yaml.safe_dump(tiny_dict(root)))
-    tags = ["step_00000003", "step_00000006", "step_00000008"]
-    out = tmp_path / "avg"
-    args = ["average", "--config", str(config), "--out", str(out), "--dtype", "fp32"]
-    assert main(args + [a for t in tags for a in ("--checkpoint", str(straight / "checkpoints" / t))]) == 0
-    states = [load_checkpoint_state(straight / "checkpoints", t) for t in tags]
-    expected = {k: sum(s[k].double() for s in states) / 3 for k in states[0]}
-    model_args = ModelArgs(**read_meta(straight / "checkpoints", tags[0])["model"])
-    got = load_file(str(out / "model.safetensors"))
-    for name, tensor in hf_state_dict(expected, model_args, torch.float32).items():
-        torch.testing.assert_close(got[name], tensor, rtol=0, atol=1e-7)
-    record = json.loads((out / "average.json").read_text())
-    assert [i["step"] for i in record["inputs"]] == [3, 6, 8]
-    assert main(args + ["--checkpoint", str(straight / "checkpoints" / tags[0])]) == 2  # one is not an average
 
 
 def test_task_files_score_checkpoints_in_chinese_and_english(prepared_run, decayed_run, tmp_path):

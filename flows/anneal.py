@@ -4,11 +4,10 @@ branch point. The run's own files are not touched; several branches can start fr
 """
 from __future__ import annotations
 
-import math
-
 from prefect import flow, task
 
 from flows.common import DEFAULT_CONFIG, markdown_artifact, mlflow_run
+from flows.evaluation import eval_metrics
 from flows.versions import register_export
 from pretrain.config import PipelineConfig, resolve_config
 from tasks.common.lease import lease
@@ -19,15 +18,6 @@ from tasks.train.anneal import parse_mix, run_anneal
 def branch_task(cfg: PipelineConfig, name: str, tag: str | None, tokens: int, mix: dict | None, min_lr: float,
                 env: dict[str, str]) -> dict:
     return run_anneal(cfg, name, tag, tokens, mix, min_lr, env)
-
-
-def eval_metrics(scores: dict) -> dict[str, float]:
-    """Held-out (and task) scores under the eval flow's names: the run's checkpoints, its branches and averages
-    compare side by side in MLflow."""
-    metrics = {f"ckpt_eval_ppl_{c}": v for c, v in scores["ppl"].items()}
-    metrics.update({f"ckpt_task/{task}/{k}": v for task, figures in scores.get("tasks", {}).items()
-                    for k, v in figures.items() if isinstance(v, float) and math.isfinite(v)})
-    return metrics
 
 
 @flow(name="anneal", log_prints=True)
@@ -55,9 +45,8 @@ def anneal_flow(config: PipelineConfig | str = DEFAULT_CONFIG, from_checkpoint: 
         finally:
             run.end(ok)
     source = result["source"]
-    key = "anneal-" + "".join(ch if ch.isalnum() else "-" for ch in name.lower())
     mix_text = source["mix"] or "the run's own"
-    markdown_artifact(run, key, f"Branch `{name}` from `{source['checkpoint']}` (step {source['step']}): "
+    markdown_artifact(run, f"anneal-{name}", f"Branch `{name}` from `{source['checkpoint']}` (step {source['step']}): "
                       f"{source['steps']} steps, {source['tokens']:,} tokens, lr {source['lr']:.3g} -> "
                       f"{source['min_lr']:.3g}, mix {mix_text}.\n\nHeld-out perplexity: "
                       f"{(result['eval'] or {}).get('ppl')}\n\nExport: `{result['hf_export']}`, model version "

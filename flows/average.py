@@ -8,8 +8,8 @@ from pathlib import Path
 
 from prefect import flow, task
 
-from flows.anneal import eval_metrics
 from flows.common import DEFAULT_CONFIG, markdown_artifact, mlflow_run
+from flows.evaluation import eval_metrics
 from flows.versions import register_export
 from pretrain.config import PipelineConfig, resolve_config
 from tasks.train.average import average_checkpoints
@@ -42,8 +42,7 @@ def average_flow(config: PipelineConfig | str = DEFAULT_CONFIG, checkpoints: lis
         ok = True
     finally:
         run.end(ok)
-    key = "average-" + "".join(ch if ch.isalnum() else "-" for ch in name.lower())
-    markdown_artifact(run, key, f"Average of {len(result['inputs'])} checkpoints: "
+    markdown_artifact(run, f"average-{name}", f"Average of {len(result['inputs'])} checkpoints: "
                       + ", ".join(f"`{i['checkpoint']}`" for i in result["inputs"])
                       + f"\n\nHeld-out perplexity: {(result['eval'] or {}).get('ppl')}\n\nExport: "
                       f"`{result['export_dir']}`, model version {result['model_version']} (alias `average-{name}`)",

@@ -118,8 +118,12 @@ def stage_run(cfg: PipelineConfig, stage: str, parent_run_id: str | None) -> Ite
 
 
 def artifact_key(cfg: PipelineConfig, stage: str) -> str:
-    safe = "".join(ch if ch.isalnum() else "-" for ch in cfg.name.lower()).strip("-")
-    return f"{safe}-{stage}"[:100]
+    """Prefect's artifact keys take lowercase letters, digits and dashes: the run's name and the stage's (a
+    branch's or an average's name included) are made so."""
+    def safe(text: str) -> str:
+        return "".join(ch if ch.isalnum() else "-" for ch in text.lower())
+
+    return f"{safe(cfg.name).strip('-')}-{safe(stage)}"[:100]
 
 
 def table_artifact(run: StageRun, stage: str, rows: list[dict], description: str) -> None:

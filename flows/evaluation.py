@@ -33,6 +33,15 @@ def lm_eval_task(cfg: PipelineConfig, tag: str) -> dict[str, float]:
     return run_lm_eval(hf_dir, cfg.eval.lm_eval, cfg.eval.device)
 
 
+def eval_metrics(scores: dict) -> dict[str, float]:
+    """Held-out (and task) scores under one set of names: the run's checkpoints, its decay branches and averages
+    compare side by side in MLflow."""
+    metrics = {f"ckpt_eval_ppl_{c}": v for c, v in scores["ppl"].items()}
+    metrics.update({f"ckpt_task/{task}/{k}": v for task, figures in scores.get("tasks", {}).items()
+                    for k, v in figures.items() if isinstance(v, float) and math.isfinite(v)})
+    return metrics
+
+
 def training_run(cfg: PipelineConfig, run_id: str | None) -> StageRun | None:
     """The MLflow run of the training that wrote the checkpoints: the one named, else the newest `<name>/train`."""
     root, uri, exp = tracking_target(cfg)
@@ -72,9 +81,7 @@ def eval_flow(config: PipelineConfig | str = DEFAULT_CONFIG, checkpoint: str | N
     lm = lm_eval_task(cfg, tag) if cfg.eval.lm_eval.tasks else {}
     run = training_run(cfg, mlflow_train_run_id)
     if run and not result["reused"]:
-        metrics = {f"ckpt_eval_ppl_{c}": v for c, v in result["ppl"].items()}
-        metrics.update({f"ckpt_task/{task}/{k}": v for task, scores in result.get("tasks", {}).items()
-                        for k, v in scores.items() if isinstance(v, float) and math.isfinite(v)})
+        metrics = eval_metrics(result)
         metrics.update({f"ckpt_eval_{k.replace('/', '_')}": v for k, v in lm.items()})
         run.log_metrics(metrics, step=result["step"])
     markdown = report(result, lm, run, cfg.eval.regression_pct)

@@ -311,8 +311,9 @@ class BlendSchedule:
 
     def locate(self, position: int) -> tuple[int, int]:
         """(pool, pool-local position) of a global position."""
-        j = int(self.slots[position % self.PERIOD])
-        return j, int(self.drawn_before(position)[j])
+        period, t = divmod(position, self.PERIOD)
+        j = int(self.slots[t])
+        return j, period * int(self.counts[j]) + int(self.prefix[t, j])
 
     def drawn_before(self, position: int) -> np.ndarray:
         """Per pool, how many of the positions before `position` it holds."""
@@ -358,6 +359,7 @@ class GlobalSampler:
         self.blend = BlendSchedule(weights) if multi else None
         self.decay_blend = BlendSchedule(decay_weights) if multi and decay_weights is not None else None
         self._perms: dict[int, tuple[int, object]] = {}
+        self._decay_offsets: tuple[int | None, np.ndarray | None] = (None, None)
         self.last_positions: list[int] = []  # positions of the last global batch (skipped ones left out)
 
     def _permuted(self, pool: int, q: int) -> int:
@@ -389,7 +391,9 @@ class GlobalSampler:
         if self.decay_blend is None or start is None or position < start:
             return self.blend.locate(position)
         pool, local = self.decay_blend.locate(position - start)
-        return pool, int(self.blend.drawn_before(start)[pool]) + local
+        if self._decay_offsets[0] != start:  # each pool's count at the boundary, once (the boundary is fixed)
+            self._decay_offsets = (start, self.blend.drawn_before(start))
+        return pool, int(self._decay_offsets[1][pool]) + local
 
     def sample_at(self, position: int) -> int:
         pool, q = self.locate(position)

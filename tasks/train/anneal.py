@@ -18,7 +18,7 @@ from pathlib import Path
 from model import checkpoint as ckpt
 from model.schedule import decay_start
 from model.steps import lr_at
-from pretrain.config import MixtureConfig, PipelineConfig, TrainConfig
+from pretrain.config import PipelineConfig, TrainConfig
 from tasks.common.outputs import read_json, write_json
 from tasks.train.spec import train_spec
 
@@ -57,17 +57,16 @@ def branch_settings(cfg: PipelineConfig, tag: str, tokens: int, mix: dict[str, f
     tag = ckpt.complete_tag(ckpt_dir, tag)
     meta = ckpt.read_meta(ckpt_dir, tag)
     step, global_batch = meta["step"], meta["global_batch"]
-    if t.schedule == "wsd" and step > decay_start(t.steps, t.decay_frac, t.decay_steps):
+    own_decay = decay_start(t.steps, t.decay_frac, t.decay_steps)
+    if t.schedule == "wsd" and step > own_decay:
         raise ValueError(f"{ckpt_dir / tag} (step {step}) is inside the run's own decay; branch from a stable-phase "
-                         f"checkpoint (step <= {decay_start(t.steps, t.decay_frac, t.decay_steps)})")
+                         f"checkpoint (step <= {own_decay})")
     if mix and t.mixture is None:
         raise ValueError("--mix names pools of the run's mixture, and this run has none; set train.mixture "
                          "(by: channel or source, its weights) in the config, or anneal on the run's own data")
     steps = max(1, math.ceil(tokens / (global_batch * t.seq_len)))
     lr = lr_at(step, train_spec(t))  # where the run was: cosine or wsd, warmup included
     mixture = t.mixture.model_copy(update={"decay_weights": mix}) if mix else t.mixture
-    if mixture is not None:
-        mixture = MixtureConfig.model_validate(mixture.model_dump())
     settings = t.model_copy(update={
         "steps": step + steps, "schedule": "wsd", "decay_steps": steps, "lr": lr, "min_lr": min_lr,
         "warmup_steps": 0, "mixture": mixture, "resume_tag": None, "mirror_url": None})  # the branch's newest

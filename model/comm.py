@@ -76,6 +76,13 @@ class Comm:
         dist.all_gather(out, t)
         return out
 
+    def all_gather_async(self, t: torch.Tensor):
+        """(the gathered tensors, a handle to wait on): the collective runs while the caller goes on, as ZeRO-3's
+        prefetched parameter gathers do (gloo on a thread of its own, NCCL on its stream)."""
+        t = self.place(t)
+        out = [torch.empty_like(t) for _ in range(self.world)]
+        return out, dist.all_gather(out, t, async_op=True)
+
     def barrier(self) -> None:
         if self.device.type == "cuda":  # NCCL's barrier is an all-reduce on a device; name ours
             dist.barrier(device_ids=[self.device.index])

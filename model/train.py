@@ -35,6 +35,7 @@ from model.anomaly import Anomaly, AnomalyDetector, StepRecord
 from model.batches import BatchPrefetcher
 from model.comm import Comm
 from model.comm_profile import probed, profile_steps, step_comm_figures
+from model.overlap_probe import async_overlap
 from model.data import (DataError, GlobalSampler, SamplerState, TokenDataset, read_manifest, token_ledger,
                         training_dataset, training_sampler)
 from model.ds_import import import_deepspeed
@@ -335,6 +336,8 @@ def profile_run(engine, loop: Loop) -> int:
               "params": closed_form_parameters(loop.spec.model), "zero_stage": ds["zero_optimization"]["stage"],
               "bytes_per_param": 2 if ds["bf16"]["enabled"] else 4,
               "bucket": ds["zero_optimization"].get("reduce_bucket_size")}
+    if loop.comm.world > 1:  # what ZeRO-3's prefetched gathers could hide, for the communication plan
+        layout["async_overlap"] = async_overlap(loop.comm, layout["params"] * layout["bytes_per_param"])
     result = profile_steps(run_step, profiled, loop.spec.out_dir, loop.comm, layout)
     if loop.rank == 0:
         print(f"communication share of step time: {result['comm_share']:.1%} ({result['backend']})", flush=True)

@@ -32,6 +32,7 @@ class Measured:
     compute_s_per_sample: float
     compute_source: str
     profile_comm_share: float | None
+    async_overlap: float | None = None    # share of an asynchronous gather hidden behind compute (model/overlap_probe)
 
 
 @dataclass
@@ -77,6 +78,13 @@ def measured_from(checks: list[dict], profile: dict) -> Measured | None:
     samples = profile.get("samples_per_rank_step") or 0
     if not samples:
         return None
+    found = _measured_bandwidth(checks, profile, samples)
+    if found is not None:
+        found.async_overlap = profile.get("async_overlap")
+    return found
+
+
+def _measured_bandwidth(checks: list[dict], profile: dict, samples: int) -> Measured | None:
     step_s = profile["wall_s"] / profile["steps"]
     compute = step_s * (1 - profile["comm_share"]) / samples
     source = f"preflight's profiled steps on {profile['world_size']} ranks"
@@ -138,6 +146,9 @@ def make_plan(model: ModelConfig, train: TrainConfig, vocab_rows: int, ranks: in
     chosen = best(predictions)
     notes = [f"bandwidth {found.busbw_gbps:g} GB/s from {found.busbw_source}; {found.compute_s_per_sample * 1e3:.3g} "
              f"ms of compute a sample from {found.compute_source}"]
+    if found.async_overlap is not None:
+        notes.append(f"preflight's probe hid {found.async_overlap:.0%} of an asynchronous all-gather (how ZeRO-3 "
+                     f"prefetches parameters) behind compute; the step-time model does not count that overlap yet")
     if comm_bound(chosen):
         notes.append(f"communication is {chosen.comm_share:.0%} of the step, above two thirds: more nodes will "
                      f"not make this faster; grow the batch per rank (micro-batch or accumulation) or the model")

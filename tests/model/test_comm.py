@@ -14,6 +14,7 @@ import torch
 
 from model import comm as comm_module
 from model.comm import Comm, device_for
+from model.overlap_probe import async_overlap, hidden_share
 from tasks.common.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -127,6 +128,10 @@ def _rank(rank: int, port: int, results) -> None:
     out = {"device": str(comm.device), "sum": comm.all_reduce(torch.tensor([1.0 + rank])).tolist(),
            "max": comm.agree([rank], "max"), "min": comm.agree([rank + 5], "min"),
            "gather": [t.tolist() for t in comm.all_gather(torch.tensor([rank, 10 * rank]))]}
+    gathered, handle = comm.all_gather_async(torch.tensor([rank + 2]))
+    handle.wait()
+    out["gather_async"] = [t.tolist() for t in gathered]
+    out["overlap"] = async_overlap(comm, 4_000_000)
     comm.barrier()
     results.put((rank, out))
     dist.destroy_process_group()
@@ -141,5 +146,16 @@ def test_two_gloo_ranks_reduce_gather_and_agree():
     got = dict(results.get(timeout=120) for _ in procs)
     for p in procs:
         p.join(timeout=30)
+    overlaps = [got[rank].pop("overlap") for rank in (0, 1)]
+    assert overlaps[0] == overlaps[1] and 0.0 <= overlaps[0] <= 1.0  # the ranks agree on the smallest share
     for rank in (0, 1):
-        assert got[rank] == {"device": "cpu", "sum": [3.0], "max": [1.0], "min": [5.0], "gather": [[0, 0], [1, 10]]}
+        assert got[rank] == {"device": "cpu", "sum": [3.0], "max": [1.0], "min": [5.0], "gather": [[0, 0], [1, 10]],
+                             "gather_async": [[2], [3]]}
+
+
+def test_hidden_share_is_what_running_together_saved_over_the_shorter_activity():
+    assert hidden_share(1.0, 0.5, 1.0) == 1.0    # the shorter one vanished inside the longer
+    assert hidden_share(1.0, 0.5, 1.5) == 0.0    # one after the other
+    assert hidden_share(1.0, 0.5, 1.25) == 0.5
+    assert hidden_share(1.0, 0.5, 2.0) == 0.0    # contention made it worse: nothing hid
+    assert hidden_share(0.0, 0.5, 0.5) == 0.0

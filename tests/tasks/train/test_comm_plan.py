@@ -80,6 +80,14 @@ def test_with_measurements_every_candidate_is_predicted_and_the_fastest_chosen(t
     fixed = make_plan(tiny_cfg.model, auto(tiny_cfg, zero_stage=2, bucket_size=123456), 2176, 2,
                       measured_from(CHECKS, PROFILE))
     assert [(r["zero_stage"], r["bucket"]) for r in fixed.rows] == [(2, 123456)]  # only what is auto is searched
+    assert "asynchronous all-gather" not in table  # a profile without the probe (one rank, an older version)
+
+
+def test_the_probed_overlap_of_asynchronous_gathers_reaches_the_plan(tiny_cfg):
+    found = measured_from(CHECKS[:1], {**PROFILE, "async_overlap": 0.46})
+    assert found.async_overlap == 0.46
+    plan = make_plan(tiny_cfg.model, auto(tiny_cfg), 2176, 2, found)
+    assert "hid 46% of an asynchronous all-gather" in render(plan) and plan.measured["async_overlap"] == 0.46
 
 
 def test_a_slow_link_is_called_comm_bound(tiny_cfg):

@@ -22,6 +22,7 @@ from model.comm import Comm
 
 MATMUL_SIDE = 512
 REPEATS = 3
+MAX_BYTES = 64 * 2**20  # ZeRO-3 gathers a bucket at a time; a whole 3B model's worth would crowd a GPU in preflight
 
 
 def _timed(comm: Comm, block: Callable[[], None]) -> float:
@@ -46,11 +47,11 @@ def hidden_share(alone_a: float, alone_b: float, together: float) -> float:
 
 
 def async_overlap(comm: Comm, nbytes: int) -> float:
-    """The share of an asynchronous all-gather of `nbytes` (the whole gathered tensor) that ran hidden behind
-    computation on this rank; the smallest over the ranks, since the slowest rank sets the step."""
+    """The share of an asynchronous all-gather of `nbytes` (the whole gathered tensor, at most MAX_BYTES) that ran
+    hidden behind computation on this rank; the smallest over the ranks, since the slowest rank sets the step."""
     if comm.world <= 1:
         return 0.0
-    shard = torch.zeros(max(1, nbytes // 4 // comm.world), dtype=torch.float32, device=comm.device)
+    shard = torch.zeros(max(1, min(nbytes, MAX_BYTES) // 4 // comm.world), dtype=torch.float32, device=comm.device)
     a = torch.randn(MATMUL_SIDE, MATMUL_SIDE, device=comm.device)
 
     def gather():

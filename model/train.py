@@ -35,7 +35,6 @@ from model.anomaly import Anomaly, AnomalyDetector, StepRecord
 from model.batches import BatchPrefetcher
 from model.comm import Comm
 from model.comm_profile import probed, profile_steps, step_comm_figures
-from model.overlap_probe import async_overlap
 from model.data import (DataError, GlobalSampler, SamplerState, TokenDataset, read_manifest, token_ledger,
                         training_dataset, training_sampler)
 from model.ds_import import import_deepspeed
@@ -44,6 +43,7 @@ from model.guard import Guard, fault_point
 from model.llama import Transformer, closed_form_parameters, count_parameters, flops_per_token
 from model.mirror import Mirror
 from model.optimizer import with_optimizer
+from model.overlap_probe import async_overlap
 from model.perf import device_name, memory_gb, mfu, peak_tflops
 from model.safe_load import force_weights_only
 from model.spec import Spec, TrainSpec

@@ -14,6 +14,7 @@ import torch
 
 from model import comm as comm_module
 from model.comm import Comm, device_for
+from model import overlap_probe
 from model.overlap_probe import async_overlap, hidden_share
 from tasks.common.ports import free_port
 
@@ -159,3 +160,21 @@ def test_hidden_share_is_what_running_together_saved_over_the_shorter_activity()
     assert hidden_share(1.0, 0.5, 1.25) == 0.5
     assert hidden_share(1.0, 0.5, 2.0) == 0.0    # contention made it worse: nothing hid
     assert hidden_share(0.0, 0.5, 0.5) == 0.0
+
+
+def test_the_probe_gathers_at_most_a_bucket_of_bytes_whatever_the_model(monkeypatch):
+    sizes = []
+
+    class OneRankOfTwo(Comm):  # the probe's collectives, recorded; the timing is not under test here
+        def barrier(self):
+            pass
+
+        def all_gather_async(self, t):
+            sizes.append(t.numel() * t.element_size() * self.world)
+            return [t, t], type("Done", (), {"wait": lambda self: None})()
+
+        def agree(self, values, op="sum", dtype=torch.float64):
+            return list(values)
+
+    share = async_overlap(OneRankOfTwo(torch.device("cpu"), "gloo", 0, 2), 6 * 10**9)  # a 3B model in bf16
+    assert sizes and max(sizes) <= overlap_probe.MAX_BYTES and 0.0 <= share <= 1.0

@@ -4,15 +4,16 @@ each, gloo), their link slowed by `tc` to each of --rates Mbit/s.
     python benchmarks/comm_plan.py [--rates 200 2000] [--steps 8] [--repeats 3] [--dim 256]     (as root)
 
 Per link speed:
-  calibrate  preflight's profiled run (ZeRO-1, G=1): the compute time of a sample, and the bandwidth its own
-             collectives had (tasks/train/comm_plan.py measured_from, as on a cluster without nccl-tests); once
-             a round, the medians used
+  calibrate  preflight's profiled run (ZeRO-1, G=1): the compute time of a sample, the bandwidth its own
+             collectives had (tasks/train/comm_plan.py measured_from, as on a cluster without nccl-tests) and the
+             share of an asynchronous gather compute hid; then preflight's timed ZeRO-3 steps (G=1, DeepSpeed's
+             bucket: ZeRO-3's own cost); once a round, the medians used
   grid       ZeRO 1/2/3 x G in {1, 4} x buckets {DeepSpeed's 5e8, the model in 8}: each trains --steps steps,
              --repeats times, the rounds interleaved (a slow spell of this shared machine falls on every cell
              alike); a run's figures: the median step time after the first two (profiled steps left out), the
              median communication share and overlap of its profiled steps (train.comm_profile_every); a cell's:
              the median over its runs, and their spread (slowest / fastest)
-  predicted  tasks/train/comm_model.py on the calibration's figures
+  predicted  tasks/train/comm_model.py on the calibration's figures (tasks/train/comm_plan.py measured_cluster)
 Targets: measured step time within +-20% of predicted in every cell; for each G, the cell the plan chooses
 (zero_stage and bucket_size auto) is the fastest measured or within 10% of it; the default bucket (the model in 8)
 puts gradient communication inside the backward pass where DeepSpeed's 5e8 puts none. Gloo runs collectives
@@ -35,8 +36,9 @@ from benchmarks._two_hosts import HOSTS, hosts_up, missing, shape_links  # noqa:
 from model.comm_profile import PROFILE_FILE  # noqa: E402
 from model.protocol import read_jsonl  # noqa: E402
 from tasks.preflight.comm import check_comm_share  # noqa: E402
-from tasks.train.comm_model import DEEPSPEED_BUCKET, Cluster, Layout, best, predict  # noqa: E402
-from tasks.train.comm_plan import LATENCY_S, measured_from, model_size  # noqa: E402
+from tasks.train.comm_model import DEEPSPEED_BUCKET, Layout, best, predict  # noqa: E402
+from tasks.train.comm_plan import (ZERO3_PROFILE_DIR, Measured, measured_cluster, measured_from,  # noqa: E402
+                                   model_size)
 from tasks.train.run import run_train  # noqa: E402
 
 SKIP = 2
@@ -48,13 +50,14 @@ def config(tmp: Path, dim: int, steps: int):
         "steps": steps, "save_every": 10**6, "save_final": False, "log_every": 1, "micro_batch_size": MICRO,
         "grad_accum": 1, "export_hf": False, "launch": "per_node", "node_command": ["ssh", "{host}"],
         "hosts": [{"name": h, "slots": 1} for h in HOSTS], "master_addr": HOSTS[0], "num_gpus": 1,
-        "bucket_size": DEEPSPEED_BUCKET}, {"comm_profile_steps": 6})
+        "bucket_size": DEEPSPEED_BUCKET, "zero_stage": "auto"}, {"comm_profile_steps": 6})  # auto: ZeRO-3 timed too
 
 
 def calibrate(cfg, tmp: Path):
     check = check_comm_share(cfg, tmp)
     profile = json.loads((tmp / "preflight" / "profile" / PROFILE_FILE).read_text())
-    found = measured_from([], profile)
+    zero3 = json.loads((tmp / "preflight" / ZERO3_PROFILE_DIR / PROFILE_FILE).read_text())
+    found = measured_from([], profile, zero3)
     if found is None:
         raise RuntimeError(f"the calibration run measured nothing: {check}")
     return found
@@ -82,6 +85,14 @@ def grid(params: int) -> list[Layout]:
     return [Layout(z, MICRO, g, b) for g in (1, 4) for z in (1, 2, 3) for b in (DEEPSPEED_BUCKET, max(params // 8, 1))]
 
 
+def median_of(found: list[Measured]) -> Measured:
+    first = found[0]
+    return Measured(statistics.median(f.busbw_gbps for f in found), first.busbw_source,
+                    statistics.median(f.compute_s_per_sample for f in found), first.compute_source, None,
+                    statistics.median(f.async_overlap for f in found),
+                    {**first.zero3, "step_s": statistics.median(f.zero3["step_s"] for f in found)})
+
+
 def run_rate(cfg, tmp: Path, rate: float, rows: int, steps: int, repeats: int) -> list[dict]:
     shape_links(rate)
     size = model_size(cfg.model, cfg.train, rows)
@@ -89,19 +100,23 @@ def run_rate(cfg, tmp: Path, rate: float, rows: int, steps: int, repeats: int) -
     found = []
     for round_ in range(repeats):  # the calibration too, once a round: one slow spell must not skew every cell
         found.append(calibrate(cfg, tmp))
-        print(f"  round {round_ + 1} calibration: {found[-1].busbw_gbps * 8e3:.0f} Mbit/s bus bandwidth, "
-              f"{found[-1].compute_s_per_sample * 1e3:.1f} ms compute a sample", flush=True)
+        f = found[-1]
+        print(f"  round {round_ + 1} calibration: {f.busbw_gbps * 8e3:.0f} Mbit/s bus bandwidth, "
+              f"{f.compute_s_per_sample * 1e3:.1f} ms compute a sample, {f.async_overlap:.0%} of a gather hidden, "
+              f"ZeRO-3 step {f.zero3['step_s']:.3f} s", flush=True)
         for layout, done in runs.items():
             done.append(measure(cfg, tmp, layout, steps, rate, round_))
             m = done[-1]
             print(f"  round {round_ + 1} ZeRO-{layout.zero_stage} G={layout.grad_accum} bucket {layout.bucket:>11,}: "
                   f"measured {m['step_s']:.3f} s ({m['comm_share']:.0%}, {m['overlap']:.0%} in the backward)",
                   flush=True)
-    busbw = statistics.median(f.busbw_gbps for f in found)
-    compute = statistics.median(f.compute_s_per_sample for f in found)
-    cluster = Cluster(2, busbw, LATENCY_S["cpu"], compute, overlaps=False)
-    print(f"\n{rate:g} Mbit/s: calibrated (median of {repeats}) {busbw * 8e3:.0f} Mbit/s bus bandwidth, "
-          f"{compute * 1e3:.1f} ms compute a sample; model {size.params:,} parameters", flush=True)
+    median = median_of(found)
+    notes = []
+    cluster = measured_cluster(cfg.train, 2, size, median, notes)
+    print(f"\n{rate:g} Mbit/s: calibrated (median of {repeats}) {median.busbw_gbps * 8e3:.0f} Mbit/s bus bandwidth, "
+          f"{median.compute_s_per_sample * 1e3:.1f} ms compute a sample; model {size.params:,} parameters", flush=True)
+    for note in notes:
+        print(f"  {note}", flush=True)
     return [{"rate": rate, "layout": layout, "predicted": predict(size, layout, cluster), "measured": combined(done)}
             for layout, done in runs.items()]
 

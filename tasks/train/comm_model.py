@@ -19,7 +19,12 @@ Overlap: gradients are reduced bucket by bucket while the backward pass goes
 on (overlap_comm). The last bucket can only start when the backward is done,
 so a bucket at least as large as all gradients (DeepSpeed's default 5e8
 elements against a 0.1-1B model) overlaps nothing. gloo on CPU ranks runs
-collectives inline: nothing overlaps there whatever the settings.
+DeepSpeed's gradient reductions inline: they overlap nothing whatever the
+settings. ZeRO-3's parameter gathers are asynchronous even there (its
+reduce-scatter is not): preflight's probe (model/overlap_probe.py) measures the
+share of a gather that hides behind compute, and a short ZeRO-3 run measures
+what ZeRO-3 costs a micro-step beyond its traffic (its hooks, a gather per
+module), which the model adds to every ZeRO-3 layout.
 
 Memory per rank (ZeRO paper, mixed precision with Adam): 2P weights, 2P
 gradients, 12P fp32 master copy and moments (fp32 training: 4 + 4 + 8),
@@ -47,6 +52,8 @@ class Cluster:
     compute_s_per_sample: float
     optimizer_s: float = 0.0     # the optimizer step itself (measured or 0)
     overlaps: bool = True        # False for gloo: collectives run inline
+    gather_hidden: float = 0.0   # without overlaps: the share of an asynchronous gather compute hides (probed)
+    zero3_overhead_s: float = 0.0  # ZeRO-3's own cost a micro-step beyond its traffic (measured)
     memory_gb: float | None = None  # per rank; None: not checked
 
 
@@ -135,8 +142,10 @@ def comm_times(m: ModelSize, layout: Layout, c: Cluster, micro_compute_s: float)
     # ZeRO-3: the forward's gathers hide behind the forward, the backward's gather and reduce behind the backward,
     # all but the first bucket of each (prefetching cannot start before the pass does)
     forward = micro_compute_s - backward
-    if not c.overlaps:
-        return 3 * g * gather, 3 * g * gather
+    if not c.overlaps:  # the reduce-scatter runs inline; of each gather, the probed share hides
+        hideable = c.gather_hidden * (gather - gather / n_buckets)
+        hidden = min(hideable, forward) + min(hideable, backward)
+        return 3 * g * gather, g * (3 * gather - hidden)
     per_micro = max(gather / n_buckets, gather - forward) + max(2 * gather / n_buckets, 2 * gather - backward)
     return 3 * g * gather, g * per_micro
 
@@ -158,6 +167,8 @@ def memory_gb(m: ModelSize, layout: Layout, ranks: int) -> float:
 def predict(m: ModelSize, layout: Layout, c: Cluster) -> Prediction:
     micro = c.compute_s_per_sample * layout.micro_batch
     compute = micro * layout.grad_accum + c.optimizer_s
+    if layout.zero_stage == 3:
+        compute += c.zero3_overhead_s * layout.grad_accum
     comm, exposed = comm_times(m, layout, c, micro)
     step = compute + exposed
     mem = memory_gb(m, layout, c.ranks)

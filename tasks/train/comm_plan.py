@@ -3,13 +3,15 @@ the communication model (tasks/train/comm_model.py) from what preflight measured
 
 Measured: the bus bandwidth (nccl-tests' all_reduce across the nodes when it ran, else what the profiled training
 steps' own collectives moved in the time they took, else the local torch probe), and the compute time of a sample
-(preflight's profiled steps, their wall time less the communication share). Without a
+(preflight's profiled steps, their wall time less the communication share). With `zero_stage: auto` preflight also
+probes what an asynchronous gather hides behind compute and times a few ZeRO-3 steps: what those take beyond what
+the model predicts for them is ZeRO-3's own cost, added to every ZeRO-3 candidate. Without a
 preflight the plan still settles every `auto`, from rules that need no measurement, and says so.
 """
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from model.comm_profile import PROFILE_FILE
@@ -21,6 +23,7 @@ from tasks.train.comm_model import (COMM_BOUND_SHARE, DEEPSPEED_BUCKET, Cluster,
 from tasks.train.launch import cluster_hosts
 
 PLAN_FILE = "comm_plan.json"
+ZERO3_PROFILE_DIR = "profile-zero3"  # under preflight/: the profiled ZeRO-3 steps
 LATENCY_S = {"cuda": 50e-6, "cpu": 300e-6}  # per collective; assumed (NCCL ring start-up; gloo over TCP)
 FALLBACK_STAGE = 1  # ZeRO-1: least traffic of the partitioned stages (2M a step), right for a model that fits
 
@@ -33,6 +36,7 @@ class Measured:
     compute_source: str
     profile_comm_share: float | None
     async_overlap: float | None = None    # share of an asynchronous gather hidden behind compute (model/overlap_probe)
+    zero3: dict | None = None             # preflight's ZeRO-3 steps: step_s and the layout (ranks, grad_accum, bucket)
 
 
 @dataclass
@@ -69,10 +73,12 @@ def measured(preflight_dir: Path) -> Measured | None:
     report, profile = preflight_dir / "report.json", preflight_dir / "profile" / PROFILE_FILE
     if not (report.is_file() and profile.is_file()):
         return None
-    return measured_from(json.loads(report.read_text())["checks"], json.loads(profile.read_text()))
+    zero3 = preflight_dir / ZERO3_PROFILE_DIR / PROFILE_FILE
+    return measured_from(json.loads(report.read_text())["checks"], json.loads(profile.read_text()),
+                         json.loads(zero3.read_text()) if zero3.is_file() else None)
 
 
-def measured_from(checks: list[dict], profile: dict) -> Measured | None:
+def measured_from(checks: list[dict], profile: dict, zero3_profile: dict | None = None) -> Measured | None:
     """nccl-tests' all_reduce bandwidth when it ran; else the bandwidth the profiled steps' own collectives had
     (on the ranks and links training uses); else the local torch probe's. None without a profile to time a sample."""
     samples = profile.get("samples_per_rank_step") or 0
@@ -81,6 +87,10 @@ def measured_from(checks: list[dict], profile: dict) -> Measured | None:
     found = _measured_bandwidth(checks, profile, samples)
     if found is not None:
         found.async_overlap = profile.get("async_overlap")
+        if zero3_profile and zero3_profile.get("steps"):
+            found.zero3 = {"step_s": zero3_profile["wall_s"] / zero3_profile["steps"],
+                           "ranks": zero3_profile["world_size"], "grad_accum": zero3_profile["grad_accum"],
+                           "bucket": zero3_profile.get("bucket") or DEEPSPEED_BUCKET}
     return found
 
 
@@ -140,20 +150,43 @@ def make_plan(model: ModelConfig, train: TrainConfig, vocab_rows: int, ranks: in
         notes = ["no preflight measurement (report and profiled steps): auto settings follow the rules "
                  f"ZeRO-{FALLBACK_STAGE} and the model in 8 buckets; run preflight for a measured plan"]
         return CommPlan(ranks, choice, notes=notes)
-    cluster = Cluster(ranks, found.busbw_gbps, LATENCY_S[train.accelerator], found.compute_s_per_sample,
-                      overlaps=train.accelerator == "cuda" and train.overlap_comm, memory_gb=memory_gb)
-    predictions = [predict(size, layout, cluster) for layout in layouts]
-    chosen = best(predictions)
     notes = [f"bandwidth {found.busbw_gbps:g} GB/s from {found.busbw_source}; {found.compute_s_per_sample * 1e3:.3g} "
              f"ms of compute a sample from {found.compute_source}"]
-    if found.async_overlap is not None:
-        notes.append(f"preflight's probe hid {found.async_overlap:.0%} of an asynchronous all-gather (how ZeRO-3 "
-                     f"prefetches parameters) behind compute; the step-time model does not count that overlap yet")
+    cluster = measured_cluster(train, ranks, size, found, notes, memory_gb)
+    predictions = [predict(size, layout, cluster) for layout in layouts]
+    chosen = best(predictions)
     if comm_bound(chosen):
         notes.append(f"communication is {chosen.comm_share:.0%} of the step, above two thirds: more nodes will "
                      f"not make this faster; grow the batch per rank (micro-batch or accumulation) or the model")
     return CommPlan(ranks, layout_choice(chosen.layout), [p.row() for p in predictions], chosen.row(),
                     asdict(found), notes)
+
+
+def measured_cluster(train: TrainConfig, ranks: int, size: ModelSize, found: Measured, notes: list[str],
+                     memory_gb: float | None = None) -> Cluster:
+    """The cluster the model predicts for, from what preflight measured; what it takes from each measurement is
+    said in notes."""
+    cluster = Cluster(ranks, found.busbw_gbps, LATENCY_S[train.accelerator], found.compute_s_per_sample,
+                      overlaps=train.accelerator == "cuda" and train.overlap_comm,
+                      gather_hidden=found.async_overlap or 0.0, memory_gb=memory_gb)
+    if found.async_overlap is not None and not cluster.overlaps:
+        notes.append(f"preflight's probe hid {found.async_overlap:.0%} of an asynchronous all-gather behind compute: "
+                     f"that share of ZeRO-3's prefetched gathers (all but the first bucket) counts as hidden")
+    return with_zero3_cost(cluster, size, train.micro_batch_size, found, notes)
+
+
+def with_zero3_cost(cluster: Cluster, size: ModelSize, micro_batch: int, found: Measured, notes: list[str]) -> Cluster:
+    """The cluster with ZeRO-3's own cost a micro-step: what preflight's ZeRO-3 steps took beyond the model's
+    prediction for them (never below 0). Without those steps ZeRO-3 is predicted from its traffic alone."""
+    if found.zero3 is None:
+        return cluster
+    measured_s = found.zero3["step_s"]
+    layout = Layout(3, micro_batch, found.zero3["grad_accum"], found.zero3["bucket"])
+    predicted = predict(size, layout, replace(cluster, ranks=found.zero3["ranks"])).step_s
+    overhead = max(0.0, measured_s - predicted) / layout.grad_accum
+    notes.append(f"preflight's ZeRO-3 steps took {measured_s:.3g} s against {predicted:.3g} s their traffic "
+                 f"explains: {overhead * 1e3:.3g} ms a micro-step of ZeRO-3's own, counted in every ZeRO-3 layout")
+    return replace(cluster, zero3_overhead_s=overhead)
 
 
 def layout_choice(layout: Layout) -> dict:

@@ -21,6 +21,7 @@ def test_comm_share_of_two_cpu_ranks(prepared_run):
     assert 0 <= result["async_overlap"] <= 1  # probed on the ranks: what ZeRO-3's prefetched gathers could hide
     assert check.measured == f"{round(result['comm_share'], 3):g} of step time" and check.expected.startswith("<=")
     assert not (root / "preflight" / "profile" / "checkpoints").exists()  # measured, nothing saved
+    assert not (root / "preflight" / "profile-zero3").exists()  # ZeRO-3 is no candidate with zero_stage: 1
 
 
 def test_comm_share_waits_for_tokens(tiny_cfg, tmp_path):
@@ -45,10 +46,13 @@ def test_preflight_plans_the_auto_settings_and_training_logs_measured_next_to_pr
         "micro_batch_size": 2, "comm_profile_every": 2, "steps": 4, "save_every": 4})})
     checks = [asdict(check_allreduce(cfg.preflight, None)), asdict(check_comm_share(cfg, run_root))]
     assert checks[0]["value"] > 0  # the probe's bus bandwidth, as a number the plan reads
+    zero3 = json.loads((run_root / "preflight" / "profile-zero3" / PROFILE_FILE).read_text())
+    assert zero3["zero_stage"] == 3 and zero3["steps"] == 3 and "ZeRO-3 steps" in checks[1]["detail"]
     lines = []
     plan = planned(cfg, run_root, checks, [], lines.append)
     assert len(plan["rows"]) == 3 * 2 and plan["choice"]["grad_accum"] == 4 and "choice: ZeRO-" in plan["table"]
     assert any(line.startswith("communication plan for 2 rank(s)") for line in lines)
+    assert "a micro-step of ZeRO-3's own, counted in every ZeRO-3 layout" in plan["table"]
     (run_root / "preflight" / "report.json").write_text(json.dumps({"checks": checks}))
 
     run_train(cfg.model, cfg.train, run_root / "tokenizer", run_root / "tokens", run_root / "train", {}, lines.append)

@@ -80,3 +80,31 @@ def test_exposed_communication_is_never_more_than_all_of_it(busbw, overlaps):
         for bucket in bucket_candidates(M125.params):
             p = predict(M125, Layout(stage, 4, 4, bucket), c)
             assert 0 <= p.exposed_comm_s <= p.comm_s + 1e-12 and p.step_s >= p.compute_s
+
+
+def test_gloo_zero3_hides_the_probed_share_of_its_prefetched_gathers_but_never_the_first_bucket():
+    # 1 GB/s, 2 ranks: one gather of the model's 250 MB moves 125 MB, 0.125 s; 0.05 s a sample x 4 = 0.2 s compute
+    probed = Cluster(ranks=2, busbw_gbps=1.0, latency_s=0.0, compute_s_per_sample=0.05, overlaps=False,
+                     gather_hidden=0.5)
+    gather = 0.125
+    one_bucket = predict(M125, Layout(3, 4, 1, DEEPSPEED_BUCKET), probed)
+    assert one_bucket.exposed_comm_s == pytest.approx(3 * gather)  # the first bucket is the whole model
+    eight = predict(M125, Layout(3, 4, 1, M125.params // 8), probed)
+    hideable = 0.5 * gather * 7 / 8  # the probed share of all but the first bucket, in the forward and the backward
+    forward = 0.2 / 3
+    assert eight.exposed_comm_s == pytest.approx(3 * gather - min(hideable, forward) - min(hideable, 2 * forward))
+    assert eight.comm_s == pytest.approx(3 * gather)  # hidden, not saved
+    unprobed = predict(M125, Layout(3, 4, 1, M125.params // 8), cluster(busbw=1.0, ranks=2))
+    assert unprobed.exposed_comm_s == pytest.approx(3 * gather)
+    reduced = predict(M125, Layout(1, 4, 1, M125.params // 8), probed)  # gloo's gradient reductions run inline
+    assert reduced.exposed_comm_s == pytest.approx(reduced.comm_s)
+
+
+def test_zero3_pays_its_measured_cost_every_micro_step_and_no_other_stage_does():
+    c = Cluster(ranks=2, busbw_gbps=1.0, latency_s=0.0, compute_s_per_sample=0.05, overlaps=False,
+                zero3_overhead_s=0.03)
+    base = Cluster(ranks=2, busbw_gbps=1.0, latency_s=0.0, compute_s_per_sample=0.05, overlaps=False)
+    for stage, g in ((3, 1), (3, 4), (1, 4), (2, 4)):
+        layout = Layout(stage, 4, g, DEEPSPEED_BUCKET)
+        extra = predict(M125, layout, c).step_s - predict(M125, layout, base).step_s
+        assert extra == pytest.approx(0.03 * g if stage == 3 else 0.0)

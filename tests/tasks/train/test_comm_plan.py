@@ -90,6 +90,29 @@ def test_the_probed_overlap_of_asynchronous_gathers_reaches_the_plan(tiny_cfg):
     assert "hid 46% of an asynchronous all-gather" in render(plan) and plan.measured["async_overlap"] == 0.46
 
 
+def test_preflights_zero3_steps_give_zero3_its_own_cost_beyond_its_traffic(tiny_cfg, tmp_path):
+    zero3_profile = {**PROFILE, "zero_stage": 3, "grad_accum": 4, "bucket": 500_000_000, "wall_s": 60.0}
+    found = measured_from(CHECKS[:1], PROFILE, zero3_profile)
+    assert found.zero3 == {"step_s": 30.0, "ranks": 2, "grad_accum": 4, "bucket": 500_000_000}
+    without = make_plan(tiny_cfg.model, auto(tiny_cfg), 2176, 2, measured_from(CHECKS[:1], PROFILE))
+    plan = make_plan(tiny_cfg.model, auto(tiny_cfg), 2176, 2, found)
+    before = {(r["zero_stage"], r["bucket"]): r["step_s"] for r in without.rows}
+    profiled_cell = before[(3, 500_000_000)]  # the layout preflight's ZeRO-3 steps ran (the tiny model in 1 bucket)
+    for r in plan.rows:  # what those steps took beyond the prediction, on every ZeRO-3 layout and no other
+        extra = r["step_s"] - before[(r["zero_stage"], r["bucket"])]
+        assert extra == pytest.approx(30.0 - profiled_cell if r["zero_stage"] == 3 else 0.0)
+    assert plan.choice["zero_stage"] != 3 and "ms a micro-step of ZeRO-3's own" in render(plan)
+    quick = make_plan(tiny_cfg.model, auto(tiny_cfg), 2176, 2,
+                      measured_from(CHECKS[:1], PROFILE, {**zero3_profile, "wall_s": 1e-3}))
+    assert quick.rows == without.rows  # faster than predicted: no negative cost
+    (tmp_path / "profile").mkdir()
+    (tmp_path / "profile-zero3").mkdir()
+    (tmp_path / "report.json").write_text(json.dumps({"checks": CHECKS[:1]}))
+    (tmp_path / "profile" / "comm_profile.json").write_text(json.dumps(PROFILE))
+    (tmp_path / "profile-zero3" / "comm_profile.json").write_text(json.dumps(zero3_profile))
+    assert measured(tmp_path).zero3["step_s"] == 30.0  # where preflight leaves them
+
+
 def test_a_slow_link_is_called_comm_bound(tiny_cfg):
     slow = measured_from([{"name": "allreduce_probe", "value": 1e-5}], PROFILE)
     plan = make_plan(tiny_cfg.model, auto(tiny_cfg), 2176, 8, slow)

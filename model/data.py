@@ -30,7 +30,7 @@ from model.spec import DataSpec
 from pretrain.channels import CHANNELS
 
 MANIFEST = "manifest.json"
-PoolBy = Literal["all", "channel", "source"]
+PoolBy = Literal["all", "channel", "source", "quality"]
 
 
 def token_type(vocab_size: int) -> pa.DataType:
@@ -99,6 +99,11 @@ def read_manifest(tokens_dir: Path) -> dict:
 def pool_key(entry: dict, manifest: dict, by: PoolBy) -> str:
     if by == "all":
         return "all"
+    if by == "quality":
+        if "qualities" not in manifest:
+            raise DataError("train.mixture.by: quality needs token shards split by quality, which this tokens "
+                            f"directory predates; {_fix_hint()}")
+        return entry["quality"]
     return entry["channel"] if by == "channel" else manifest["sources"][entry["source_id"]]
 
 

@@ -432,8 +432,11 @@ class HostConfig(Strict):
 
 
 class MixtureConfig(Strict):
-    """Sampling proportions of the training data by channel or by source (upsampling repeats a pool)."""
-    by: Literal["channel", "source"] = Field("channel", description="what the weights name: channels (zh/en/code/other) or source names")
+    """Sampling proportions of the training data by channel, source or quality (upsampling repeats a pool)."""
+    by: Literal["channel", "source", "quality"] = Field("channel", description="what the weights name: channels "
+                                                         "(zh/en/code/other), source names, or qualities: clean (no "
+                                                         "rule in tag mode flagged the document) or the family of "
+                                                         "the first rule that did (e.g. chinese, c4, dirty)")
     weights: dict[str, float] = Field(min_length=1, description="share of samples drawn per channel or source; "
                                       "unnamed ones are not drawn; normalized to sum 1")
     decay_weights: dict[str, float] | None = Field(None, description="the shares from the first step of the "

@@ -1,4 +1,7 @@
-"""One tokenize task: a kept Parquet file -> token shards, one series per channel.
+"""One tokenize task: a kept Parquet file -> token shards, one series per channel, source and quality.
+
+A document's quality is `clean` when no rule in tag mode flagged it, else the family of the first rule that did:
+the mixture can weight those pools (train.mixture.by: quality) instead of the clean stage dropping the text.
 
 A part is idempotent: its shards and meta.json are written under a temporary
 name and renamed into place, so a retried or resumed stage finds a finished
@@ -16,8 +19,12 @@ import pyarrow.parquet as pq
 from tokenizers import Tokenizer
 
 from model.data import CHANNELS, shard_schema
+from tasks.clean.rules import RULE_FAMILIES
 from tasks.common.outputs import read_json, staged_output, write_json
 from tasks.tokenizer.train import EOS
+
+QUALITIES = ("clean",) + RULE_FAMILIES
+PARTS_LAYOUT = 2  # in each part's fingerprint: 2 splits shards by quality too, so parts of layout 1 are redone
 
 
 @dataclass(frozen=True)
@@ -44,15 +51,17 @@ def tokenizer_at(path: str) -> tuple[Tokenizer, int, int]:
 
 
 class ShardSeries:
-    """Documents of one (channel, source), flushed to numbered shards of at most shard_max_tokens tokens.
+    """Documents of one (channel, source, quality), flushed to numbered shards of at most shard_max_tokens tokens.
 
-    Keeping channels and sources in separate shards lets the reader build its
-    mixture pools (by channel or by source) from whole shards.
+    Keeping channels, sources and qualities in separate shards lets the reader build its
+    mixture pools (by channel, source or quality) from whole shards.
     """
 
-    def __init__(self, folder: Path, part_id: str, channel: int, source: int, schema: pa.Schema, max_tokens: int):
-        self.folder, self.channel, self.source = folder, channel, source
-        self.prefix = f"{part_id}.{CHANNELS[channel]}.s{source}"
+    def __init__(self, folder: Path, part_id: str, key: int, schema: pa.Schema, max_tokens: int):
+        self.folder = folder
+        self.channel, self.quality, self.source = key >> 24, key >> 16 & 0xFF, key & 0xFFFF
+        self.prefix = f"{part_id}.{CHANNELS[self.channel]}.s{self.source}" + (
+            f".{QUALITIES[self.quality]}" if self.quality else "")
         self.schema, self.max_tokens = schema, max_tokens
         self.value_type = schema.field("tokens").type.value_type
         self.chunks: list[np.ndarray] = []
@@ -91,6 +100,7 @@ class ShardSeries:
         with pa.OSFile(str(self.folder / name), "wb") as sink, pa.ipc.new_file(sink, self.schema) as writer:
             writer.write_batch(batch)
         self.written.append({"file": name, "channel": CHANNELS[self.channel], "source_id": self.source,
+                             "quality": QUALITIES[self.quality],
                              "docs": len(lengths), "tokens": int(offsets[-1]),
                              "bytes": (self.folder / name).stat().st_size})
         self.chunks, self.lengths, self.n_tokens = [], [], 0
@@ -124,13 +134,13 @@ def tokenize_part(spec: PartSpec, settings: PartSettings, work_dir: Path) -> dic
     with staged_output(out) as tmp:
         series: dict[int, ShardSeries] = {}
         for batch in pq.ParquetFile(spec.input).iter_batches(batch_size=settings.batch_docs,
-                                                              columns=["text", "channel", "source"]):
+                                                              columns=["text", "channel", "source", "flags"]):
             flat, lengths = encode(tok, batch.column("text").to_pylist(), eos, dtype)
-            keys = np.array([_channel_index(c) << 16 | spec.source_ids[s] for c, s in
-                             zip(batch.column("channel").to_pylist(), batch.column("source").to_pylist())])
+            keys = np.array([_channel_index(c) << 24 | _quality_index(f) << 16 | spec.source_ids[s] for c, s, f in
+                             zip(*(batch.column(k).to_pylist() for k in ("channel", "source", "flags")))])
             for key, ids, lens in _split_by_key(flat, lengths, keys):
                 if key not in series:
-                    series[key] = ShardSeries(tmp, spec.part_id, key >> 16, key & 0xFFFF, schema, settings.shard_max_tokens)
+                    series[key] = ShardSeries(tmp, spec.part_id, key, schema, settings.shard_max_tokens)
                 series[key].add(ids, lens)
         for key in sorted(series):
             series[key].flush()
@@ -142,6 +152,17 @@ def tokenize_part(spec: PartSpec, settings: PartSettings, work_dir: Path) -> dic
 
 def _channel_index(channel: str) -> int:
     return CHANNELS.index(channel) if channel in CHANNELS else CHANNELS.index("other")
+
+
+def _quality_index(flags: list[str] | None) -> int:
+    """0 (clean) without flags, else the index of the first flag's rule family."""
+    if not flags:
+        return 0
+    family = flags[0].partition(":")[0]
+    if family not in QUALITIES:
+        raise ValueError(f"a kept document is flagged by {flags[0]!r}, a rule this version does not know; "
+                         f"re-run the clean stage (`pretrain clean --config ...`)")
+    return QUALITIES.index(family)
 
 
 def _split_by_key(flat: np.ndarray, lengths: np.ndarray, keys: np.ndarray):

@@ -20,7 +20,7 @@ from model.data import CHANNELS, MANIFEST
 from pretrain.config import TokenizeConfig
 from tasks.common.outputs import read_json, require_complete, staged_output, write_json
 from tasks.common.pool import map_local
-from tasks.tokenize.parts import PartSettings, PartSpec, tokenize_part, tokenizer_at
+from tasks.tokenize.parts import PARTS_LAYOUT, QUALITIES, PartSettings, PartSpec, tokenize_part, tokenizer_at
 from tasks.tokenize.rejects import RULE_TOKENS, RejectSpec, count_rejected, plan_rejects, write_rule_tokens
 from tasks.tokenizer.train import file_sha256, load_tokenizer
 
@@ -50,7 +50,7 @@ def prepare(cfg: TokenizeConfig, clean_dir: Path, tokenizer_dir: Path, out_dir: 
     specs = []
     for path in sorted((clean_dir / "kept").glob("*.parquet")):
         digest = file_sha256(path)
-        key = json.dumps([digest, tokenizer_hash, cfg.shard_max_tokens, source_ids], sort_keys=True)
+        key = json.dumps([digest, tokenizer_hash, cfg.shard_max_tokens, source_ids, PARTS_LAYOUT], sort_keys=True)
         specs.append(PartSpec(str(path.resolve()), digest, path.stem, hashlib.sha256(key.encode()).hexdigest(), source_ids))
     work_dir = work_dir_for(Path(out_dir))
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -111,8 +111,11 @@ def build_manifest(cfg: TokenizeConfig, shards: list[dict], settings: PartSettin
         "docs_by_channel": _sum_by(shards, "channel", "docs"),
         "tokens_by_source": {names[k]: v for k, v in _sum_by(shards, "source_id", "tokens").items()},
         "docs_by_source": {names[k]: v for k, v in _sum_by(shards, "source_id", "docs").items()},
+        "tokens_by_quality": _sum_by(shards, "quality", "tokens"),
+        "docs_by_quality": _sum_by(shards, "quality", "docs"),
         "channels": list(CHANNELS),
         "sources": names,
+        "qualities": list(QUALITIES),
         "vocab_size": vocab,
         "eos_id": eos,
         "tokenizer_sha256": settings.tokenizer_sha256,

@@ -12,7 +12,11 @@ from tasks.clean.rules.dirty import DirtyRule
 from tasks.clean.rules.english import C4Rule, FineWebRule, GopherQualityRule, GopherRepetitionRule
 from tasks.clean.rules.generic import GarbageRule, LengthRule
 
-__all__ = ["Doc", "Failure", "Outcome", "Rule", "Judgement", "build_rules", "judge_rules"]
+__all__ = ["Doc", "Failure", "Outcome", "Rule", "Judgement", "RULE_FAMILIES", "build_rules", "judge_rules"]
+
+# every family's name, in the order they run: a tag-mode flag is "<family>:<reason>"
+RULE_FAMILIES = tuple(r.name for r in (LengthRule, DecontamRule, GarbageRule, DirtyRule, GopherRepetitionRule,
+                                       GopherQualityRule, C4Rule, FineWebRule, ChineseRule, CodeRule))
 
 
 def build_rules(cfg: RulesConfig) -> list[Rule]:

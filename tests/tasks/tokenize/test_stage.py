@@ -135,3 +135,42 @@ def test_rule_tokens_count_kept_and_rejected_documents(prepared_run):
     rejected = [r for r in table if r["outcome"] == "rejected"]
     assert sum(r["documents"] for r in rejected) == len(rejects)
     assert all(r["tokens"] and r["characters"] for r in rejected)
+
+
+def test_documents_a_tag_mode_rule_flagged_get_shards_of_their_own_quality(prepared_run, tmp_path):
+    import json
+
+    from model.data import DataError, TokenDataset
+    from tasks.clean.stage import run_clean
+
+    cfg, root = prepared_run
+    families = sorted({r["rule"] for r in pq.read_table(root / "clean" / "rejects", columns=["rule"]).to_pylist()}
+                      - {"dedup_exact", "dedup_near"})
+    assert families  # the demo corpus fails some rules at their defaults
+    rules = cfg.clean.rules.model_copy(update={f: getattr(cfg.clean.rules, f).model_copy(update={"mode": "tag"})
+                                               for f in families if hasattr(cfg.clean.rules, f)})
+    run_clean(cfg.clean.model_copy(update={"rules": rules}), tmp_path / "clean")
+    manifest = run_tokenize(cfg.tokenize, tmp_path / "clean", root / "tokenizer", tmp_path / "tokens")
+    tok = load_tokenizer(root / "tokenizer")
+    eos = tok.token_to_id("<|eos|>")
+    expected: dict = {}
+    for path in sorted((tmp_path / "clean" / "kept").glob("*.parquet")):
+        rows = pq.read_table(path, columns=["text", "flags"]).to_pylist()
+        for row, enc in zip(rows, tok.encode_batch([r["text"] for r in rows], add_special_tokens=False)):
+            quality = row["flags"][0].split(":")[0] if row["flags"] else "clean"
+            expected.setdefault(quality, []).append(enc.ids + [eos])
+    got: dict = {}
+    for entry in manifest["shards"]:
+        shard = open_shard(tmp_path / "tokens" / entry["file"])
+        docs = [shard.tokens[a:b].tolist() for a, b in zip(shard.doc_offsets[:-1], shard.doc_offsets[1:])]
+        got.setdefault(entry["quality"], []).extend(docs)
+    assert {q: sorted(d) for q, d in got.items()} == {q: sorted(d) for q, d in expected.items()}
+    assert len(got) > 1 and set(got) - {"clean"} <= set(families)  # the flagged text is kept, in its own pools
+    assert manifest["docs_by_quality"] == {q: len(d) for q, d in expected.items()}
+    dataset = TokenDataset(tmp_path / "tokens", 32, pool_by="quality")
+    assert {p.name for p in dataset.pools} <= set(got) and "clean" in {p.name for p in dataset.pools}
+    older = {**json.loads((tmp_path / "tokens" / "manifest.json").read_text())}
+    del older["qualities"]
+    (tmp_path / "tokens" / "manifest.json").write_text(json.dumps(older))
+    with pytest.raises(DataError, match="needs token shards split by quality.*re-run `pretrain tokenize"):
+        TokenDataset(tmp_path / "tokens", 32, pool_by="quality")

@@ -14,6 +14,7 @@ import ahocorasick
 import fsspec
 
 from pretrain.channels import CHANNELS
+from tasks.clean.disguise import unmask
 from tasks.clean.rules.base import Doc, Outcome, Rule
 from tasks.clean.spam_model import channel_models, read_examples
 
@@ -180,7 +181,9 @@ class DirtyRule(Rule):
         self.lexicon = Lexicon.from_paths(builtin_paths(".terms.txt") + list(settings.lexicons), settings.word_aware)
         self.blocklist = DomainBlocklist.from_paths(builtin_paths(".domains.txt") + list(settings.domain_blocklists))
         self.patterns = PatternSet.from_paths(builtin_paths(".patterns.txt") + list(settings.patterns))
-        examples = [e for path in settings.classifier_examples for e in read_examples(path)]
+        self.matched = unmask if settings.unmask else (lambda text: text)  # what the lists and classifier read
+        examples = [(spam, self.matched(text)) for path in settings.classifier_examples
+                    for spam, text in read_examples(path)]
         hits_of = functools.lru_cache(maxsize=None)(self.hits)  # the cross-validation asks twice per example
         self.classifiers = channel_models(examples, max_ham_rate=settings.classifier_max_ham_rate,
                                           judged=lambda text: bool(hits_of(text)),
@@ -206,15 +209,17 @@ class DirtyRule(Rule):
 
     def evaluate(self, doc: Doc) -> Outcome:
         s, out = self.settings, Outcome(self.name)
-        hits = self.hits(doc.text)
-        score, distinct, per_k, clean = self.lists_verdict(hits, doc.feats.n_chars, doc.channel)
+        text = self.matched(doc.text)
+        hits = self.hits(text)
+        folded_away = max(0, len(doc.text) - len(text))  # a disguise's padding does not dilute the density
+        score, distinct, per_k, clean = self.lists_verdict(hits, doc.feats.n_chars - folded_away, doc.channel)
         out.scores["dirty.score"] = score
         out.scores["dirty.distinct_hits"] = distinct
         model = self.classifiers.get(doc.channel)
         spam = threshold = None
         # texts of a length the model has seen spam at; with scope 'evidence', only those with a hit
         if model and (hits or model.cv.scope == "all") and doc.feats.n_chars <= model.judges_up_to_chars:
-            spam = model.score(doc.text)
+            spam = model.score(text)
             threshold = s.classifier_threshold if s.classifier_threshold is not None else model.cv.threshold
             if not clean and spam < min(model.cv.veto_threshold, threshold):
                 out.scores["dirty.overruled"] = 1.0  # the lists rejected it; the classifier reads it as its ham examples

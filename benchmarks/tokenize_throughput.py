@@ -8,15 +8,20 @@ tokenizer, on the same cores, several ways (median of --repeats runs each):
   raw encode_batch        all texts already in memory, no I/O (the practical limit)
   raw encode_batch_fast   the same without offsets (what the stage calls)
   per-document loop       tok.encode(text) for each text, as many prepare scripts do
-  stage, N workers        `run_tokenize`: read Parquet, encode, write Arrow shards + manifest
+  stage, N workers        `run_tokenize`: read Parquet, encode, write Arrow shards + manifest, with the encoder
+                          the tokenizer stage proved exact (tiktoken, tasks/tokenizer/fast_bpe.py) and with HF
+                          tokenizers (tokenize.encoder: tokenizers); their shards must be byte-identical
   datatrove               DocumentTokenizer (shuffle off) on LocalPipelineExecutor, tasks = workers = cores,
                           reading the same Parquet (needs a Python with datatrove: --datatrove-python)
 The throughput table runs on --scale (10) hard-linked copies of the kept files, so
 fixed start-up costs do not dominate. Then the stage's peak memory (its process
 and its workers together) on the corpus and on the copies.
+Target: the stage with tiktoken on all cores >= 3x raw encode_batch_fast (which uses all cores), ids identical.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 import statistics
@@ -40,10 +45,10 @@ sys.path.insert(0, {root!r})
 from pathlib import Path
 from pretrain.config import TokenizeConfig
 from tasks.tokenize import run_tokenize
-cfg = TokenizeConfig(executor={{"workers": {workers}}}, count_rejected_tokens=False)
+cfg = TokenizeConfig(executor={{"workers": {workers}}}, count_rejected_tokens=False, encoder={encoder!r})
 t = time.perf_counter()
 m = run_tokenize(cfg, Path({clean!r}), Path({tok!r}), Path({out!r}))
-print(json.dumps({{"seconds": time.perf_counter() - t, "tokens": m["total_tokens"]}}))
+print(json.dumps({{"seconds": time.perf_counter() - t, "tokens": m["total_tokens"], "encoder": m["encoder"]["used"]}}))
 """
 
 DATATROVE = """
@@ -84,10 +89,10 @@ def in_memory_runs(tok_path: Path, texts: list[str], repeats: int) -> dict[str, 
     return out
 
 
-def stage_run(clean: Path, tok: Path, out: Path, workers: int) -> dict:
+def stage_run(clean: Path, tok: Path, out: Path, workers: int, encoder: str = "auto") -> dict:
     """The stage in a fresh process: seconds, tokens, and peak MB of it and its workers together."""
     shutil.rmtree(out, ignore_errors=True)
-    code = STAGE.format(root=str(ROOT), workers=workers, clean=str(clean), tok=str(tok), out=str(out))
+    code = STAGE.format(root=str(ROOT), workers=workers, clean=str(clean), tok=str(tok), out=str(out), encoder=encoder)
     result, peak_mb = run_measured([sys.executable, "-c", code])
     return {**result, "peak_mb": peak_mb}
 
@@ -99,6 +104,10 @@ def datatrove_run(python: str, clean: Path, tok: Path, tmp: Path, workers: int) 
     code = DATATROVE.format(workers=workers, kept=str(clean / "kept"), out=str(out), tok=str(tok),
                             logs=str(tmp / "dt-logs"))
     return run_measured([python, "-c", code])[0]
+
+
+def shard_digests(folder: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.glob("*.arrow"))}
 
 
 def copies(clean: Path, dest: Path, n: int) -> Path:
@@ -133,17 +142,27 @@ def main() -> None:
         print(f"corpus: the kept documents x{args.scale}: {len(texts):,} documents, {mb:.1f} MB of UTF-8 text; "
               f"{cores} cores; median of {args.repeats} runs\n")
         rows = dict(in_memory_runs(tok_path, texts, args.repeats))
-        for workers in sorted({1, cores}):
-            runs = [stage_run(clean, tmp / "tokenizer", tmp / "tokens", workers) for _ in range(args.repeats)]
-            rows[f"stage, {workers} worker(s)"] = (statistics.median(r["seconds"] for r in runs), runs[0]["tokens"])
+        proof = json.loads((tmp / "tokenizer" / "report.json").read_text())["fast_encoding"]
+        print(f"tokenizer stage's equivalence check: {proof}\n")
+        for encoder in ("auto", "tokenizers"):
+            for workers in sorted({1, cores}):
+                runs = [stage_run(clean, tmp / "tokenizer", tmp / f"tokens-{encoder}", workers, encoder)
+                        for _ in range(args.repeats)]
+                rows[f"stage, {workers} worker(s), {runs[0]['encoder']}"] = (
+                    statistics.median(r["seconds"] for r in runs), runs[0]["tokens"])
+        same = shard_digests(tmp / "tokens-auto") == shard_digests(tmp / "tokens-tokenizers")
         if args.datatrove_python:
             runs = [datatrove_run(args.datatrove_python, clean, tok_path, tmp, cores) for _ in range(args.repeats)]
             rows[f"datatrove, {cores} workers"] = (statistics.median(r["seconds"] for r in runs), runs[0]["tokens"])
-        limit = rows["raw encode_batch"][0]
-        print(f"{'way':<28}{'seconds':>9}{'tokens':>12}{'tokens/s':>12}{'MB/s':>8}{'vs raw encode_batch':>21}")
+        limit, fast = rows["raw encode_batch"][0], rows["raw encode_batch_fast"][0]
+        print(f"{'way':<38}{'seconds':>9}{'tokens':>12}{'tokens/s':>12}{'MB/s':>8}{'vs encode_batch':>16}"
+              f"{'vs _fast':>10}")
         for name, (seconds, tokens) in rows.items():
-            print(f"{name:<28}{seconds:>9.2f}{tokens:>12,}{tokens / seconds:>12,.0f}{mb / seconds:>8.2f}"
-                  f"{limit / seconds:>20.0%}")
+            print(f"{name:<38}{seconds:>9.2f}{tokens:>12,}{tokens / seconds:>12,.0f}{mb / seconds:>8.2f}"
+                  f"{limit / seconds:>15.0%}{fast / seconds:>9.2f}x")
+        best = min(v[0] for k, v in rows.items() if k.startswith(f"stage, {cores} worker") and k.endswith("tiktoken"))
+        print(f"\nstage with tiktoken on {cores} cores: {fast / best:.2f}x raw encode_batch_fast (target >= 3); "
+              f"shards byte-identical to the stage with HF tokenizers: {same}")
         print("\nPeak memory of the stage process and its workers together (sampled every 20 ms):")
         print(f"{'corpus':<8}{'MB text':>9}{'workers':>9}{'seconds':>9}{'peak MB':>9}")
         for n in (1, args.scale):

@@ -349,6 +349,9 @@ class TokenizeConfig(Strict):
     batch_docs: int = Field(1000, gt=0, description="documents per encode_batch call")
     count_rejected_tokens: bool = Field(True, description="also encode the rejected documents, so the per-rule "
                                         "table counts tokens (costs a pass over the rejects)")
+    encoder: Literal["auto", "tokenizers"] = Field(
+        "auto", json_schema_extra=NO_EFFECT, description="auto: tiktoken where the tokenizer stage proved it gives "
+        "the same ids as HF tokenizers (its report's fast_encoding), else tokenizers; tokenizers: always HF")
     executor: ExecutorConfig = Field(ExecutorConfig(), json_schema_extra=NO_EFFECT)
 
 

@@ -21,6 +21,7 @@ from tokenizers import Tokenizer
 from model.data import CHANNELS, shard_schema
 from tasks.clean.rules import RULE_FAMILIES
 from tasks.common.outputs import read_json, staged_output, write_json
+from tasks.tokenizer.fast_bpe import FastBPE, fast_bpe
 from tasks.tokenizer.train import EOS
 
 QUALITIES = ("clean",) + RULE_FAMILIES
@@ -42,12 +43,22 @@ class PartSettings:
     tokenizer_sha256: str
     shard_max_tokens: int
     batch_docs: int
+    fast: bool = False        # encode with tiktoken: the tokenizer stage proved it gives this file's ids
+    encoder_reason: str = ""
 
 
 @lru_cache(maxsize=2)
 def tokenizer_at(path: str) -> tuple[Tokenizer, int, int]:
     tok = Tokenizer.from_file(path)
     return tok, tok.token_to_id(EOS), tok.get_vocab_size(with_added_tokens=True)
+
+
+@lru_cache(maxsize=2)
+def fast_at(path: str) -> FastBPE:
+    fast = fast_bpe(Path(path))
+    if isinstance(fast, str):  # the stage checked the report first: this is a changed file or a missing library
+        raise ValueError(f"{path} cannot be encoded by tiktoken ({fast}); re-run `pretrain tokenizer --config ...`")
+    return fast
 
 
 class ShardSeries:
@@ -135,7 +146,9 @@ def tokenize_part(spec: PartSpec, settings: PartSettings, work_dir: Path) -> dic
         series: dict[int, ShardSeries] = {}
         for batch in pq.ParquetFile(spec.input).iter_batches(batch_size=settings.batch_docs,
                                                               columns=["text", "channel", "source", "flags"]):
-            flat, lengths = encode(tok, batch.column("text").to_pylist(), eos, dtype)
+            texts = batch.column("text").to_pylist()
+            fast = fast_at(settings.tokenizer_json).flat(texts, eos, dtype) if settings.fast else None
+            flat, lengths = fast if fast is not None else encode(tok, texts, eos, dtype)
             keys = np.array([_channel_index(c) << 24 | _quality_index(f) << 16 | spec.source_ids[s] for c, s, f in
                              zip(*(batch.column(k).to_pylist() for k in ("channel", "source", "flags")))])
             for key, ids, lens in _split_by_key(flat, lengths, keys):

@@ -45,7 +45,9 @@ def prepare(cfg: TokenizeConfig, clean_dir: Path, tokenizer_dir: Path, out_dir: 
     load_tokenizer(tokenizer_dir)  # fails here, before any work, when the tokenizer is missing or incomplete
     tokenizer_json = Path(tokenizer_dir).resolve() / "tokenizer.json"
     tokenizer_hash = file_sha256(tokenizer_json)
-    settings = PartSettings(str(tokenizer_json), tokenizer_hash, cfg.shard_max_tokens, cfg.batch_docs)
+    encoder, why = encoder_choice(cfg, tokenizer_dir, tokenizer_hash)
+    settings = PartSettings(str(tokenizer_json), tokenizer_hash, cfg.shard_max_tokens, cfg.batch_docs,
+                            encoder == "tiktoken", why)
     source_ids = {name: i for i, name in enumerate(source_names(clean_dir))}
     specs = []
     for path in sorted((clean_dir / "kept").glob("*.parquet")):
@@ -55,6 +57,20 @@ def prepare(cfg: TokenizeConfig, clean_dir: Path, tokenizer_dir: Path, out_dir: 
     work_dir = work_dir_for(Path(out_dir))
     work_dir.mkdir(parents=True, exist_ok=True)
     return specs, settings, work_dir
+
+
+def encoder_choice(cfg: TokenizeConfig, tokenizer_dir: Path, tokenizer_hash: str) -> tuple[str, str]:
+    """(encoder, why): tiktoken only where the tokenizer stage proved it equal to HF for this very file."""
+    if cfg.encoder == "tokenizers":
+        return "tokenizers", "tokenize.encoder: tokenizers"
+    report = read_json(Path(tokenizer_dir) / "report.json")
+    proof = report.get("fast_encoding") or {"reason": "the tokenizer stage predates the equivalence check"}
+    if report.get("tokenizer_sha256") != tokenizer_hash:
+        return "tokenizers", "tokenizer.json changed after its report was written"
+    if proof.get("encoder") != "tiktoken":
+        return "tokenizers", f"not proven equal: {proof.get('reason')}"
+    return "tiktoken", (f"proven equal: 0 of {proof['compared']:,} strings differ ({proof['random_strings']:,} random, "
+                        f"{proof['texts']:,} held-out texts)")
 
 
 def plan_reject_counts(cfg: TokenizeConfig, clean_dir: Path, settings: PartSettings) -> list[RejectSpec]:
@@ -119,6 +135,7 @@ def build_manifest(cfg: TokenizeConfig, shards: list[dict], settings: PartSettin
         "vocab_size": vocab,
         "eos_id": eos,
         "tokenizer_sha256": settings.tokenizer_sha256,
+        "encoder": {"used": "tiktoken" if settings.fast else "tokenizers", "why": settings.encoder_reason},
         "config_sha256": hashlib.sha256(json.dumps({"shard_max_tokens": cfg.shard_max_tokens}).encode()).hexdigest(),
         "input_sha256": {Path(s.input).name: s.input_sha256 for s in specs},
     }

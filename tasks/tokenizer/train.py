@@ -15,6 +15,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_toke
 
 from pretrain.config import TokenizerConfig, embedding_rows
 from tasks.common.outputs import require_complete, staged_output, write_json
+from tasks.tokenizer.fast_bpe import equivalence
 from tasks.tokenizer.prune import prune_tokenizer, verify
 from tasks.tokenizer.report import (DIGIT_PROBE, cjk_coverage, digits_split, reference_compression, report_markdown,
                                     vocabulary_diagnostics)
@@ -191,6 +192,8 @@ def run_tokenizer(cfg: TokenizerConfig, clean_dir: Path, out_dir: Path, max_seq_
             **vocabulary_diagnostics(tok, set(SPECIAL_TOKENS) | set(reserved_names(cfg.reserved_tokens))),
             **cjk_coverage(tok, train_texts),
             "tokenizer_sha256": file_sha256(tmp / "tokenizer.json"),
+            # the tokenize stage encodes with tiktoken only on this proof
+            "fast_encoding": equivalence(tmp / "tokenizer.json", [t for texts in held.values() for t in texts]),
         }
         write_json(tmp / "report.json", report)
         (tmp / "report.md").write_text(report_markdown(report), encoding="utf-8")

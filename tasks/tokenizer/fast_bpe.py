@@ -25,22 +25,12 @@ from pathlib import Path
 
 import numpy as np
 
+from tasks.tokenizer.report import byte_decoder
+
 PATTERN = (r"""\d|'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?(?:(?!\d)\p{N})+| ?[^\s\p{L}\p{N}]+|\s+(?=\d)|\s+(?!\S)|\s+""")
 RANDOM_STRINGS = 25_000
 PRE_TOKENIZER = [{"type": "Split", "behavior": "Isolated", "invert": False},
                  {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True}]
-
-
-def bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's byte -> printable character map, which HF's ByteLevel uses for the vocabulary's strings."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + list(range(0xAE, 0xFF + 1))
-    chars, extra = printable[:], 0
-    for b in range(256):
-        if b not in printable:
-            printable.append(b)
-            chars.append(256 + extra)
-            extra += 1
-    return dict(zip(printable, map(chr, chars)))
 
 
 @dataclass
@@ -94,10 +84,10 @@ def fast_bpe(tokenizer_json: Path) -> FastBPE | str:
 
 def _build(model: dict, added_tokens: list[dict], tiktoken) -> FastBPE | str:
     vocab = model["vocab"]
-    decode = {c: b for b, c in bytes_to_unicode().items()}
+    decode = byte_decoder()
     ranks: dict[bytes, int] = {}
     rank_to_id = []
-    for byte, char in sorted(bytes_to_unicode().items()):
+    for byte, char in sorted((b, c) for c, b in decode.items()):
         if char not in vocab:
             return f"byte {byte} has no token: some text could not be encoded"
         ranks[bytes([byte])] = len(rank_to_id)

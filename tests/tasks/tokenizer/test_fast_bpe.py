@@ -5,7 +5,8 @@ import pytest
 from tokenizers import Tokenizer, models
 
 from tasks.tokenize import run_tokenize
-from tasks.tokenizer.fast_bpe import bytes_to_unicode, equivalence, fast_bpe
+from tasks.tokenizer.fast_bpe import equivalence, fast_bpe
+from tasks.tokenizer.report import byte_decoder
 from tasks.tokenizer.train import load_tokenizer, new_tokenizer
 
 
@@ -38,7 +39,7 @@ def test_a_text_holding_an_added_token_is_left_to_hf(prepared_run):
 
 
 def toy_bpe(merges: list[tuple[str, str]]) -> Tokenizer:
-    alphabet = sorted(bytes_to_unicode().values())
+    alphabet = sorted(byte_decoder())
     vocab = {c: i for i, c in enumerate(alphabet)}
     for a, b in merges:
         vocab[a + b] = len(vocab)

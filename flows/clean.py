@@ -38,9 +38,9 @@ def rule_table(stats_path: Path, unreadable: list[dict]) -> list[dict]:
     """Documents and characters per outcome / rule / reason, all channels together, largest first."""
     import duckdb
 
-    rows = duckdb.sql(f"""
+    rows = duckdb.execute("""
         SELECT outcome, rule, reason, sum(docs)::BIGINT AS documents, sum(chars)::BIGINT AS characters
-        FROM read_parquet('{stats_path}') GROUP BY ALL ORDER BY outcome, documents DESC""").fetchall()
+        FROM read_parquet(?) GROUP BY ALL ORDER BY outcome, documents DESC""", [[str(stats_path)]]).fetchall()
     table = [dict(zip(("outcome", "rule", "reason", "documents", "characters"), r)) for r in rows]
     return table + [{"outcome": "unreadable file", "rule": "", "reason": u["path"],
                      "documents": u["docs_read_before_error"], "characters": 0} for u in unreadable]

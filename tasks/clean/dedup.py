@@ -13,18 +13,16 @@ import duckdb
 from pretrain.config import DedupConfig
 
 
-def _glob(work_dir: Path) -> str:
-    return str(Path(work_dir) / "*" / "kept.parquet")
-
-
 def _relation(con, work_dir: Path, shard_index: dict[str, int]) -> None:
     con.execute("CREATE TEMP TABLE shard_order (shard_id VARCHAR, shard_index BIGINT)")
     con.executemany("INSERT INTO shard_order VALUES (?, ?)", list(shard_index.items()))
-    con.execute(f"""
+    # the files as a bound list, not a glob in the SQL: a run root may hold a quote, a bracket or a star
+    files = [str(Path(work_dir) / shard_id / "kept.parquet") for shard_id in sorted(shard_index)]
+    con.execute("""
         CREATE TEMP TABLE docs AS
         SELECT (o.shard_index << 32) | (k.file_row_number) AS doc, k.hash, k.bands
-        FROM read_parquet('{_glob(work_dir)}', filename = true, file_row_number = true) k
-        JOIN shard_order o ON o.shard_id = regexp_extract(k.filename, '([^/]+)/kept\\.parquet$', 1)""")
+        FROM read_parquet(?, filename = true, file_row_number = true) k
+        JOIN shard_order o ON o.shard_id = regexp_extract(k.filename, '([^/]+)/kept\\.parquet$', 1)""", [files])
 
 
 def exact_duplicates(con) -> dict[int, int]:

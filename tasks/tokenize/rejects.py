@@ -78,12 +78,13 @@ def rule_table(clean_dir: Path, tokens_dir: Path) -> list[dict]:
     """The clean stage's per-rule table (documents, characters) with the token column, largest first."""
     import duckdb
 
-    rows = duckdb.sql(f"""
+    rows = duckdb.execute("""
         WITH s AS (SELECT outcome, rule, reason, sum(docs) AS docs, sum(chars) AS chars
-                   FROM read_parquet('{Path(clean_dir) / "stats.parquet"}') GROUP BY ALL),
+                   FROM read_parquet(?) GROUP BY ALL),
              t AS (SELECT outcome, rule, reason, sum(tokens) AS tokens
-                   FROM read_parquet('{Path(tokens_dir) / RULE_TOKENS}') GROUP BY ALL)
+                   FROM read_parquet(?) GROUP BY ALL)
         SELECT s.outcome, s.rule, s.reason, s.docs::BIGINT, s.chars::BIGINT, t.tokens::BIGINT
         FROM s LEFT JOIN t USING (outcome, rule, reason)
-        ORDER BY s.outcome, s.docs DESC""").fetchall()
+        ORDER BY s.outcome, s.docs DESC""", [[str(Path(clean_dir) / "stats.parquet")],
+                                            [str(Path(tokens_dir) / RULE_TOKENS)]]).fetchall()
     return [dict(zip(("outcome", "rule", "reason", "documents", "characters", "tokens"), r)) for r in rows]

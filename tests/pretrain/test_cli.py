@@ -167,3 +167,29 @@ def test_a_killed_cli_leaves_no_pool_worker_or_server_behind(tmp_path, migrated_
     proc.wait()
     gone, alive = psutil.wait_procs(family, timeout=15)
     assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE], [p.cmdline() for p in alive]
+
+
+@pytest.mark.slow
+def test_a_run_root_with_a_quote_a_bracket_and_a_star_cleans_and_counts(tmp_path, migrated_prefect_db):
+    from tasks.tokenize.rejects import rule_table
+
+    root = tmp_path / "it's [a] *run"
+    data = tiny_dict(root)
+    data = {key: data[key] for key in ("name", "run_root", "clean")}
+    home = prefect_home(tmp_path / "prefect-home", migrated_prefect_db)
+    proc = subprocess.run([sys.executable, "-m", "pretrain.cli", "clean", "--config", write(tmp_path, data)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PREFECT_HOME": str(home)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    manifest = yaml.safe_load((root / "clean" / "manifest.json").read_text())  # JSON is YAML
+    assert manifest["docs_in"] == manifest["kept"] + manifest["rejected"]
+    assert manifest["rejected_by_rule"]["dedup"] > 0  # DuckDB read the shards under that root
+    # the per-rule table with tokens reads the same run root
+    (root / "tokens").mkdir()
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    row = next(r for r in pq.read_table(root / "clean" / "stats.parquet").to_pylist() if r["outcome"] == "rejected")
+    pq.write_table(pa.table({k: [row[k]] for k in ("outcome", "rule", "reason")} | {"tokens": [7]}),
+                   root / "tokens" / "rule_tokens.parquet")
+    table = rule_table(root / "clean", root / "tokens")
+    assert [r["tokens"] for r in table if (r["rule"], r["reason"]) == (row["rule"], row["reason"])] == [7]

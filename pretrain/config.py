@@ -488,6 +488,33 @@ class RecoveryConfig(Strict):
                                 "kept, newest first; older ones are deleted (each is as large as a live checkpoint)")
 
 
+def mirror_target(url: str) -> str:
+    """The mirror URL as fsspec will read it, or an error naming the problem: a file URL takes a local absolute
+    path and no user, password or host (fsspec would read file://user:pw@host/x as a folder named
+    "user:pw@host/x" in the working directory); a path without a scheme must be absolute."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if not parts.scheme:
+        if not url.startswith("/"):
+            raise ValueError(f"{url!r} is a relative path, which would land under whatever folder "
+                             f"the job starts in; give an absolute path or a URL (file:///backup/run, s3://bucket/run)")
+        return url
+    if parts.scheme != "file":
+        return url
+    if parts.username or parts.password or parts.netloc not in ("", "localhost"):
+        raise ValueError(f"{_redacted(url)!r}: a file:// URL takes a local path and no user, "
+                         f"password or host; write file:///<absolute path>; for another machine use its protocol "
+                         f"(sftp://user:password@host/path: the password reaches the ranks by the secrets file)")
+    if not parts.path.startswith("/") or parts.path == "/":
+        raise ValueError(f"{url!r} needs an absolute folder: file:///backup/run")
+    return f"file://{parts.path}"
+
+
+def _redacted(url: str) -> str:
+    return re.sub(r"//[^/@]*@", "//***@", url)
+
+
 class TrainConfig(Strict):
     seq_len: int = Field(gt=0)
     micro_batch_size: int = Field(gt=0, description="samples per rank per micro step")
@@ -605,6 +632,11 @@ class TrainConfig(Strict):
     @classmethod
     def _master_host(cls, name: str | None) -> str | None:
         return None if name is None else check_host(name, "train.master_addr")
+
+    @field_validator("mirror_url")
+    @classmethod
+    def _mirror_where_it_says(cls, url: str | None) -> str | None:
+        return None if url is None else mirror_target(url)
 
     @model_validator(mode="after")
     def _decay_mix_needs_a_decay(self) -> "TrainConfig":

@@ -35,3 +35,38 @@ def test_a_mirrored_checkpoint_event_carries_the_url_without_its_password(tmp_pa
     mirror.submit(tmp_path / "ckpt", "step_00000004")
     mirror.wait()
     assert events[0]["event"] == "checkpoint_mirrored" and (tmp_path / "copy" / "step_00000004" / "COMPLETE").exists()
+
+
+def test_a_file_url_lands_where_it_says_and_one_with_credentials_is_refused(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    import yaml
+
+    from pretrain.config import parse_config
+    from tests.conftest import ROOT, tiny_dict
+
+    monkeypatch.chdir(tmp_path)  # fsspec used to read file://host/x as a folder "host/x" in the working directory
+    data = tiny_dict(tmp_path / "run")
+    data["train"]["mirror_url"] = f"file://localhost{tmp_path / 'backup'}"
+    url = parse_config(data).train.mirror_url
+    assert url == f"file://{tmp_path / 'backup'}"
+    tag = tmp_path / "ckpt" / "step_00000006"
+    tag.mkdir(parents=True)
+    (tag / "COMPLETE").write_text("{}")
+    mirror = Mirror(url, [].append)
+    mirror.submit(tmp_path / "ckpt", "step_00000006")
+    mirror.wait()
+    assert (tmp_path / "backup" / "step_00000006" / "COMPLETE").is_file() and not (tmp_path / "localhost").exists()
+
+    data["train"]["mirror_url"] = f"file://user:Hunter2pw@localhost{tmp_path / 'backup'}"
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(data))
+    proc = subprocess.run([sys.executable, "-m", "pretrain.cli", "check-config", "--config", str(tmp_path / "c.yaml")],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode != 0 and "a file:// URL takes a local path and no user, password or host" in proc.stderr
+    assert "Hunter2pw" not in proc.stdout + proc.stderr
+    data["train"]["mirror_url"] = "backups/run"  # relative: it would land wherever the job starts
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(data))
+    proc = subprocess.run([sys.executable, "-m", "pretrain.cli", "check-config", "--config", str(tmp_path / "c.yaml")],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode != 0 and "is a relative path" in proc.stderr

@@ -62,8 +62,9 @@ def _fix_hint() -> str:
     return "delete the tokens directory and re-run `pretrain tokenize --config ...`"
 
 
-def open_shard(path: Path, expect: dict | None = None) -> Shard:
-    """Memory-map one shard; with `expect` (its manifest entry) check documents and tokens match."""
+def open_shard(path: Path, expect: dict | None = None, vocab_size: int | None = None) -> Shard:
+    """Memory-map one shard; with `expect` (its manifest entry) check documents and tokens match, with
+    `vocab_size` that every id is below it (once per shard: one pass over memory it maps anyway)."""
     try:
         reader = pa.ipc.open_file(pa.memory_map(str(path), "r"))
         if reader.num_record_batches != 1:
@@ -82,6 +83,13 @@ def open_shard(path: Path, expect: dict | None = None) -> Shard:
         raise ShardError(f"token shard {path} holds {len(shard.tokens)} tokens in {len(shard.channels)} documents, "
                          f"the manifest says {expect['tokens']} in {expect['docs']}: the file was changed or "
                          f"replaced after tokenization; {_fix_hint()}")
+    if vocab_size is not None and len(shard.tokens) and int(shard.tokens.max()) >= vocab_size:
+        at = int(np.argmax(shard.tokens >= vocab_size))
+        doc = int(np.searchsorted(shard.doc_offsets, at, side="right")) - 1
+        raise ShardError(f"token shard {path}: document {doc} holds id {int(shard.tokens[at])}, outside the "
+                         f"tokenizer's {vocab_size} ids (past the vocabulary, the model would index padding rows or "
+                         f"past its embedding): the shard was written with another tokenizer or changed; "
+                         f"{_fix_hint()}")
     return shard
 
 
@@ -188,7 +196,8 @@ class TokenDataset:
 
     def shard(self, index: int) -> Shard:
         if index not in self._open:
-            self._open[index] = open_shard(self.dir / self.entries[index]["file"], self.entries[index])
+            self._open[index] = open_shard(self.dir / self.entries[index]["file"], self.entries[index],
+                                           self.manifest["vocab_size"])
         return self._open[index]
 
     def _locate(self, i: int) -> tuple[Pool, int]:

@@ -159,6 +159,29 @@ def test_truncated_or_replaced_shard_is_named(small_shards, tmp_path):
         TokenDataset(copy, seq_len=32)[0]
 
 
+def test_an_id_outside_the_vocabulary_names_its_shard_and_document(small_shards, tmp_path):
+    import pyarrow as pa
+
+    copy = tmp_path / "tokens"
+    shutil.copytree(small_shards, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    victim = copy / manifest["shards"][1]["file"]
+    batch = pa.ipc.open_file(pa.BufferReader(victim.read_bytes())).get_batch(0)
+    tokens = batch.column("tokens")
+    values = tokens.values.to_numpy().copy()
+    offsets = tokens.offsets.to_numpy()
+    values[offsets[3] + 1] = manifest["vocab_size"] + 5  # inside the embedding's padding rows: trained silently
+    fixed = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, type=tokens.type.value_type))
+    table = pa.record_batch([fixed, batch.column("channel"), batch.column("source")], schema=batch.schema)
+    with pa.OSFile(str(victim), "wb") as sink, pa.ipc.new_file(sink, batch.schema) as writer:
+        writer.write_batch(table)
+    d = TokenDataset(copy, seq_len=32)
+    with pytest.raises(ShardError, match=rf"{manifest['shards'][1]['file']}: document 3 holds id "
+                                         rf"{manifest['vocab_size'] + 5}, outside the tokenizer's"):
+        for i in range(len(d)):
+            d[i]
+
+
 DECAY_SIZES, STABLE, DECAY = [400, 300, 200], [0.6, 0.4, 0.0], [0.2, 0.3, 0.5]
 
 

@@ -37,19 +37,53 @@ def is_complete(ckpt_dir: Path, tag: str) -> bool:
     return (Path(ckpt_dir) / tag / COMPLETE).is_file()
 
 
+class CheckpointError(ValueError):
+    """A checkpoint whose COMPLETE metadata cannot be trusted: unreadable, or not of its own tag."""
+
+
+def meta_problem(ckpt_dir: Path, tag: str) -> str | None:
+    """Why a complete tag's metadata cannot be trusted, or None. Its step must be the tag's: a COMPLETE file
+    edited to another step would resume there and skip (or repeat) data without a word."""
+    path = Path(ckpt_dir) / tag / COMPLETE
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        return f"{path} is not readable JSON ({type(err).__name__}: {err})"
+    step = tag_step(tag)
+    if not isinstance(meta, dict) or meta.get("step") != step:
+        found = meta.get("step") if isinstance(meta, dict) else type(meta).__name__
+        return f"{path} says step {found!r} where its tag is step {step}: edited or corrupt"
+    return None
+
+
 def read_meta(ckpt_dir: Path, tag: str) -> dict:
+    if problem := meta_problem(ckpt_dir, tag):
+        raise CheckpointError(problem)
     return json.loads((Path(ckpt_dir) / tag / COMPLETE).read_text())
 
 
+def _complete_step_tags(ckpt_dir: Path) -> list[str]:
+    return [p.name for p in ckpt_dir.iterdir()
+            if p.is_dir() and tag_step(p.name) is not None and is_complete(ckpt_dir, p.name)]
+
+
 def complete_tags(ckpt_dir: Path) -> list[str]:
-    """Complete checkpoint tags, oldest first by step. Set-aside ones (<tag>.abandoned-<n>) hold a COMPLETE file
-    too but are not tags: a resume must never pick one."""
+    """Complete checkpoint tags whose metadata holds, oldest first by step. Set-aside ones
+    (<tag>.abandoned-<n>) hold a COMPLETE file too but are not tags: a resume must never pick one."""
     ckpt_dir = Path(ckpt_dir)
     if not ckpt_dir.is_dir():
         return []
-    tags = [p.name for p in ckpt_dir.iterdir()
-            if p.is_dir() and _tag_step(p.name) is not None and is_complete(ckpt_dir, p.name)]
-    return sorted(tags, key=lambda t: read_meta(ckpt_dir, t)["step"])
+    tags = [t for t in _complete_step_tags(ckpt_dir) if meta_problem(ckpt_dir, t) is None]
+    return sorted(tags, key=tag_step)
+
+
+def untrusted_tags(ckpt_dir: Path) -> dict[str, str]:
+    """Tags marked complete whose metadata does not hold, with why: never resumed from, said at resume."""
+    ckpt_dir = Path(ckpt_dir)
+    if not ckpt_dir.is_dir():
+        return {}
+    return {t: problem for t in sorted(_complete_step_tags(ckpt_dir), key=tag_step)
+            if (problem := meta_problem(ckpt_dir, t))}
 
 
 def complete_tag(ckpt_dir: Path, tag: str | None = None) -> str:
@@ -71,7 +105,7 @@ def latest_complete(ckpt_dir: Path) -> str | None:
     pointer = ckpt_dir / LATEST
     if pointer.is_file():
         tag = pointer.read_text().strip()
-        if is_complete(ckpt_dir, tag):
+        if is_complete(ckpt_dir, tag) and meta_problem(ckpt_dir, tag) is None:
             return tag
     tags = complete_tags(ckpt_dir)
     return tags[-1] if tags else None
@@ -92,7 +126,7 @@ def abandoned_tags(ckpt_dir: Path) -> list[str]:
     ckpt_dir = Path(ckpt_dir)
     found = [(m, p.name) for p in ckpt_dir.iterdir() if p.is_dir() and (m := _ABANDONED.fullmatch(p.name))] \
         if ckpt_dir.is_dir() else []
-    return [name for m, name in sorted(found, key=lambda f: (int(f[0]["attempt"]), _tag_step(f[0]["tag"]) or 0))]
+    return [name for m, name in sorted(found, key=lambda f: (int(f[0]["attempt"]), tag_step(f[0]["tag"]) or 0))]
 
 
 def prune_abandoned(ckpt_dir: Path, keep: int) -> list[str]:
@@ -119,7 +153,7 @@ def apply_retention(ckpt_dir: Path, keep_last: int, keep_every: int, busy: set[s
                if t != latest and t not in busy]
     newest = read_meta(ckpt_dir, latest)["step"] if latest else -1
     for path in ckpt_dir.iterdir():
-        step = _tag_step(path.name)
+        step = tag_step(path.name)
         if path.is_dir() and step is not None and step < newest and not is_complete(ckpt_dir, path.name):
             victims.append(path.name)  # a save that died half-way, superseded by a complete one
     for tag in victims:
@@ -127,7 +161,7 @@ def apply_retention(ckpt_dir: Path, keep_last: int, keep_every: int, busy: set[s
     return victims + prune_abandoned(ckpt_dir, keep_abandoned)
 
 
-def _tag_step(tag: str) -> int | None:
+def tag_step(tag: str) -> int | None:
     """The step of a tag this program writes (step_00001000); None for anything else in the folder."""
     match = re.fullmatch(r"step_(\d+)", tag)
     return int(match.group(1)) if match else None

@@ -93,7 +93,8 @@ class StopFlag:
                 if not self.requested and self.launcher_gone():
                     self.requested, self.reason = True, "launcher gone"
 
-        threading.Thread(target=watch, name="launcher-watch", daemon=True).start()
+        self.watch_thread = threading.Thread(target=watch, name="launcher-watch", daemon=True)
+        self.watch_thread.start()
 
     def launcher_gone(self) -> bool:
         import psutil

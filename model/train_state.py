@@ -112,6 +112,15 @@ def find_resume_point(spec, comm: Comm) -> ResumePoint | None:
     layout changed, rank 0 converts the checkpoint while the others wait."""
     ckpt_dir = spec.out_dir / "checkpoints"
     tag = spec.train.resume_tag or ckpt.latest_complete(ckpt_dir)
+    untrusted = {} if spec.train.resume_tag else ckpt.untrusted_tags(ckpt_dir)
+    if tag is None and untrusted:  # never restart a long run from scratch over checkpoints it cannot read
+        raise ResumeMismatch(f"no checkpoint under {ckpt_dir} can be resumed from: "
+                             + "; ".join(untrusted.values()) + "; restore their COMPLETE files or move them away")
+    if comm.rank == 0:
+        for bad, problem in untrusted.items():
+            if ckpt.tag_step(bad) > ckpt.tag_step(tag):
+                print(f"warning: checkpoint {bad} is not resumed from: {problem}; resuming from {tag}, the newest "
+                      f"one that holds", file=sys.stderr, flush=True)
     if tag is None:
         return None
     point = resume_point(ckpt_dir, tag, checked_meta(spec, ckpt_dir, tag), Layout(comm.world, zero_stage(spec)))
@@ -163,6 +172,9 @@ def checked_meta(spec, ckpt_dir: Path, tag: str) -> dict:
     if not ckpt.is_complete(ckpt_dir, tag):
         raise ResumeMismatch(f"train.resume_tag={tag!r} is not a complete checkpoint under {ckpt_dir}; "
                              f"complete ones: {ckpt.complete_tags(ckpt_dir)}")
+    if problem := ckpt.meta_problem(ckpt_dir, tag):
+        raise ResumeMismatch(f"checkpoint {tag} cannot be resumed from: {problem}; complete ones that hold: "
+                             f"{ckpt.complete_tags(ckpt_dir)}")
     meta = ckpt.read_meta(ckpt_dir, tag)
     if meta["manifest_version"] != spec.manifest_version:
         raise ResumeMismatch(f"checkpoint {ckpt_dir / tag} was trained on dataset version {meta['manifest_version']}, "

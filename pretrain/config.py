@@ -80,6 +80,8 @@ class SourceConfig(Strict):
     text_unit: Literal["file", "line"] = Field("file", description="text files: one document per file or per line")
     channel_hint: KnownChannel | None = Field(None, description="force this channel instead of detecting it")
     name: str | None = Field(None, description="source name used in stats and shard source ids; default: the path")
+    follow_symlinks: bool = Field(False, description="read local files whose links lead outside the source's folder "
+                                  "(off: such a file is listed as unreadable with its target, never read)")
 
     def resolved_path(self) -> str:
         return self.path.replace("{stdlib}", sysconfig.get_paths()["stdlib"])

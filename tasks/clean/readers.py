@@ -11,8 +11,10 @@ import gzip
 import io
 import itertools
 import json
+import os
 import zlib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterator
 
 import fsspec
@@ -267,6 +269,32 @@ def read_file(fs: fsspec.AbstractFileSystem, path: str, source: SourceConfig) ->
             yield from _read_text(f, source, path)
 
 
+def source_root(source: SourceConfig) -> str | None:
+    """The real local folder a source names (before its first wildcard); None for a remote one."""
+    url = source.resolved_path()
+    if "://" in url and not url.startswith("file://"):
+        return None
+    parts = Path(url.removeprefix("file://")).parts
+    fixed = [p for p in itertools.takewhile(lambda p: not any(ch in p for ch in "*?["), parts)]
+    base = Path(*fixed) if fixed else Path(".")
+    return os.path.realpath(base.parent if base.is_file() else base)
+
+
+def refusal(path: str, source: SourceConfig) -> str | None:
+    """Why a local file of a source is not read: a link to nothing, or (without follow_symlinks) a link that
+    leads out of the source's folder, as a corpus link to /etc/shadow would. None: read it."""
+    root = source_root(source)
+    if root is None:
+        return None
+    target = os.path.realpath(path)
+    if not os.path.exists(target):
+        return f"a symlink to {target}, which does not exist"
+    if not source.follow_symlinks and os.path.commonpath([root, target]) != root:
+        return (f"a symlink to {target}, outside the source's folder {root}: not read "
+                f"(clean.sources[].follow_symlinks: true reads it)")
+    return None
+
+
 def iter_source(source: SourceConfig, unreadable: list[UnreadableFile]) -> Iterator[RawDoc]:
     """All documents of one source; files that break mid-read are appended to `unreadable`."""
     fs, files = expand_source(source)
@@ -282,6 +310,9 @@ def iter_files(fs: fsspec.AbstractFileSystem, paths, source: SourceConfig,
     """
     for path in paths:
         count = 0
+        if reason := refusal(path, source):
+            unreadable.append(UnreadableFile(path, reason, 0))
+            continue
         try:
             for doc in read_file(fs, path, source):
                 count += 1

@@ -81,7 +81,10 @@ def plan_shards(cfg: CleanConfig) -> list[ShardSpec]:
         group: list[tuple[str, int, str]] = []
         group_size = 0
         for path in files:
-            info = fs.info(path)
+            try:
+                info = fs.info(path)
+            except FileNotFoundError:  # a dangling link: listed as unreadable by the shard that holds it
+                info = {"size": 0, "mtime": "missing"}
             size = int(info.get("size") or 0)
             if group and group_size + size > budget:
                 specs.append(_spec(len(specs), s_idx, source, group, settings))

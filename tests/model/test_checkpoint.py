@@ -74,3 +74,19 @@ def test_set_aside_checkpoints_are_never_resumed_and_only_the_newest_are_kept(tm
     assert removed == ["step_00000006.abandoned-1", "step_00000008.abandoned-1"]
     assert ckpt.prune_abandoned(tmp_path, 0) == ["step_00000010.abandoned-2", "step_00000006.abandoned-3"]
     assert ckpt.complete_tags(tmp_path) == ["step_00000002", "step_00000004"]
+
+
+def test_a_complete_file_edited_or_broken_is_never_resumed_from_and_says_why(tmp_path):
+    make_tag(tmp_path, "step_10", 10)
+    make_tag(tmp_path, "step_20", 20)
+    make_tag(tmp_path, "step_30", 30)
+    (tmp_path / "step_30" / "COMPLETE").write_text('{"step": 35}')  # edited: would resume at 35 and skip data
+    (tmp_path / "step_20" / "COMPLETE").write_text('{"step": 20,')  # cut short
+    assert ckpt.latest_complete(tmp_path) == "step_10"  # `latest` names step_30: the newest that holds instead
+    assert ckpt.complete_tags(tmp_path) == ["step_10"]
+    why = ckpt.untrusted_tags(tmp_path)
+    assert "says step 35 where its tag is step 30" in why["step_30"]
+    assert "step_20/COMPLETE is not readable JSON" in why["step_20"]
+    with pytest.raises(ckpt.CheckpointError, match="step_30/COMPLETE says step 35"):
+        ckpt.read_meta(tmp_path, "step_30")
+    assert ckpt.apply_retention(tmp_path, keep_last=1, keep_every=0) == []  # untrusted ones are left for a person

@@ -81,7 +81,6 @@ def test_a_sigterm_that_comes_with_the_launchers_exit_stays_the_cause():
     """A killpg (Prefect cancel) reaches the launcher and its ranks together; the launcher watch, waking after
     the SIGTERM was handled, must not rename the cause 'launcher gone' (CI caught exactly that)."""
     import signal
-    import time
 
     from model.train import StopFlag
 
@@ -90,7 +89,8 @@ def test_a_sigterm_that_comes_with_the_launchers_exit_stays_the_cause():
         flag = StopFlag(poll_s=0.3)
         flag.launcher_gone = lambda: True  # the launcher died of the same killpg
         flag._handle(signal.SIGTERM, None)
-        time.sleep(0.8)  # the watch wakes and sees its launcher gone
+        flag.watch_thread.join(timeout=10)  # the watch has woken, looked and ended: no sleep to hope on
+        assert not flag.watch_thread.is_alive()
         assert flag.requested and flag.reason == "SIGTERM" and flag.cause() == "SIGTERM"
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -29,3 +29,16 @@ def test_skip_ranges_keep_the_order():
                              spec_with(data_order="numpy_shuffle"))
     merged = with_skips(state, [(10, 12)])
     assert merged.skipped == [(10, 12), (20, 30)] and merged.order == "numpy_shuffle"
+
+
+def test_a_run_whose_every_checkpoint_is_untrusted_is_refused_not_restarted_from_zero(tmp_path):
+    from model import checkpoint as ckpt
+    from model.train_state import find_resume_point
+
+    tag = tmp_path / "checkpoints" / "step_00000040"
+    tag.mkdir(parents=True)
+    (tag / "COMPLETE").write_text('{"step": 41}')  # edited
+    spec = SimpleNamespace(out_dir=tmp_path, train=SimpleNamespace(resume_tag=None))
+    with pytest.raises(ResumeMismatch, match="no checkpoint under .* can be resumed from: .*says step 41"):
+        find_resume_point(spec, SimpleNamespace(rank=0, world=1))
+    assert ckpt.latest_complete(tmp_path / "checkpoints") is None

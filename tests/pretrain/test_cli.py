@@ -1,5 +1,6 @@
 """The `pretrain` CLI: real stage flows (slow: Prefect starts a temporary server), check-config and plan."""
 import os
+from pathlib import Path
 import subprocess
 import sys
 
@@ -170,12 +171,20 @@ def test_a_killed_cli_leaves_no_pool_worker_or_server_behind(tmp_path, migrated_
 
 
 @pytest.mark.slow
-def test_a_run_root_with_a_quote_a_bracket_and_a_star_cleans_and_counts(tmp_path, migrated_prefect_db):
+def test_a_run_root_with_quotes_and_corpus_links_out_or_to_nothing_clean_safely(tmp_path, migrated_prefect_db):
+    """And a corpus folder holding a link to a file outside it (a secret) and a link to nothing."""
     from tasks.tokenize.rejects import rule_table
 
     root = tmp_path / "it's [a] *run"
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "real.txt").write_text("A plain paragraph about rivers, their floods and the towns along them. " * 3)
+    (tmp_path / "shadow").write_text("root:TopSecretHash123:19000:0:99999:7:::\n" * 5)
+    (corpus / "shadow.txt").symlink_to(tmp_path / "shadow")
+    (corpus / "gone.txt").symlink_to(tmp_path / "nothing-here")
     data = tiny_dict(root)
     data = {key: data[key] for key in ("name", "run_root", "clean")}
+    data["clean"]["sources"].append({"path": str(corpus), "name": "linked"})
     home = prefect_home(tmp_path / "prefect-home", migrated_prefect_db)
     proc = subprocess.run([sys.executable, "-m", "pretrain.cli", "clean", "--config", write(tmp_path, data)],
                           cwd=ROOT, capture_output=True, text=True, timeout=600,
@@ -184,10 +193,18 @@ def test_a_run_root_with_a_quote_a_bracket_and_a_star_cleans_and_counts(tmp_path
     manifest = yaml.safe_load((root / "clean" / "manifest.json").read_text())  # JSON is YAML
     assert manifest["docs_in"] == manifest["kept"] + manifest["rejected"]
     assert manifest["rejected_by_rule"]["dedup"] > 0  # DuckDB read the shards under that root
+    unreadable = {Path(u["path"]).name: u["error"] for u in manifest["unreadable_files"]}
+    assert "outside the source's folder" in unreadable["shadow.txt"] and "does not exist" in unreadable["gone.txt"]
+    assert manifest["docs_by_source"]["linked"] == 1  # the real file, read
+    import pyarrow.parquet as pq
+
+    def text_of(path: Path) -> str:  # Parquet is compressed: its rows, not its bytes
+        return str(pq.read_table(path).to_pylist()) if path.suffix == ".parquet" else path.read_text("utf-8", "replace")
+
+    assert not any("TopSecretHash123" in text_of(p) for p in root.rglob("*") if p.is_file())
     # the per-rule table with tokens reads the same run root
     (root / "tokens").mkdir()
     import pyarrow as pa
-    import pyarrow.parquet as pq
     row = next(r for r in pq.read_table(root / "clean" / "stats.parquet").to_pylist() if r["outcome"] == "rejected")
     pq.write_table(pa.table({k: [row[k]] for k in ("outcome", "rule", "reason")} | {"tokens": [7]}),
                    root / "tokens" / "rule_tokens.parquet")

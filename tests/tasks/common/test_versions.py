@@ -6,7 +6,7 @@ import pytest
 from pretrain.config import NO_EFFECT, PipelineConfig, changes_result, parse_config
 from tasks.common.versions import (STAGES, expected_versions, output_dir, record_version, recorded_version,
                                    section_fields, status, why_rerun)
-from tests.conftest import tiny_dict
+from tests.conftest import ROOT, tiny_dict
 
 # Every field left out of the versions, by the section it belongs to: changing this list is a decision.
 NOT_COUNTED = {
@@ -104,7 +104,38 @@ def test_the_record_holds_the_inputs_and_provenance(recorded_run):
     assert tokens.inputs["clean"] == clean.version and (output_dir(recorded_run, "tokenize") / "version.json").is_file()
     p = tokens.provenance
     assert p["prefect_flow_run_id"] == "flow-run-1" and p["packages"]["torch"] and p["command"]
-    assert len(p["git_commit"] or "x" * 40) == 40 and p["git_dirty"] in (True, False, None)
+    from tasks.common.versions import git
+    if (ROOT / ".git").exists():  # what git itself says of this checkout
+        assert p["git_commit"] == git("rev-parse", "HEAD")
+        assert p["git_dirty"] == bool(git("status", "--porcelain", "--untracked-files=no"))
+    else:
+        assert p["git_commit"] is None and p["git_dirty"] is None
+
+
+def test_provenance_tells_a_clean_tree_from_a_changed_one_and_no_checkout(tmp_path, monkeypatch):
+    import subprocess
+
+    import tasks.common.versions as versions
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for args in (["init", "-q"], ["config", "user.email", "t@example.org"], ["config", "user.name", "t"]):
+        subprocess.run(["git", "-C", str(repo), *args], check=True)
+    (repo / "a.py").write_text("x = 1\n")
+    subprocess.run(["git", "-C", str(repo), "add", "a.py"], check=True)
+    subprocess.run(["git", "-C", str(repo), "commit", "-q", "-m", "one"], check=True)
+    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    monkeypatch.setattr(versions, "PROJECT_ROOT", repo)
+    clean = versions.provenance([])
+    assert (clean["git_commit"], clean["git_dirty"]) == (head, False)
+    (repo / "a.py").write_text("x = 2\n")
+    assert versions.provenance([])["git_dirty"] is True
+    (repo / "a.py").write_text("x = 1\n")
+    (repo / "untracked.txt").write_text("scratch")  # untracked files do not make the code differ
+    assert versions.provenance([])["git_dirty"] is False
+    monkeypatch.setattr(versions, "PROJECT_ROOT", tmp_path / "no-checkout")
+    outside = versions.provenance([])
+    assert (outside["git_commit"], outside["git_dirty"]) == (None, None)
 
 
 def test_a_password_in_a_source_url_stays_out_of_the_version_record(tmp_path):

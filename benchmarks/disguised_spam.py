@@ -23,12 +23,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._corpus import benchmark_parser  # noqa: E402
+from benchmarks.dirty_filter_quality import removed  # noqa: E402  the rule's verdict on one text, as that one asks
 from benchmarks._quality_data import clean_corpora, labeled_sets, rate, split  # noqa: E402
 from pretrain.config import DirtySettings  # noqa: E402
-from tasks.clean.channel import detect_channel  # noqa: E402
-from tasks.clean.features import DocFeatures  # noqa: E402
-from tasks.clean.normalize import normalize_text  # noqa: E402
-from tasks.clean.rules.base import Doc  # noqa: E402
 from tasks.clean.rules.dirty import DirtyRule  # noqa: E402
 
 LOOK = {"a": "а", "c": "с", "e": "е", "i": "і", "o": "о", "p": "р", "x": "х", "y": "у"}
@@ -78,12 +75,6 @@ def spelled(text: str) -> str:
 
 DISGUISES = {"none": lambda t: t, "emoji": emoji, "full width": full_width, "math bold": math_bold,
              "look-alikes": look_alikes, "spelled out": spelled}
-
-
-def removed(rule: DirtyRule, text: str) -> bool:
-    text, _ = normalize_text(text)
-    feats = DocFeatures(text)
-    return rule.evaluate(Doc(text, detect_channel(feats), feats)).failure is not None
 
 
 def main() -> None:

@@ -41,25 +41,31 @@ class CheckpointError(ValueError):
     """A checkpoint whose COMPLETE metadata cannot be trusted: unreadable, or not of its own tag."""
 
 
-def meta_problem(ckpt_dir: Path, tag: str) -> str | None:
-    """Why a complete tag's metadata cannot be trusted, or None. Its step must be the tag's: a COMPLETE file
+def _checked_meta(ckpt_dir: Path, tag: str) -> tuple[dict | None, str | None]:
+    """(the metadata, None), or (None, why it cannot be trusted). Its step must be the tag's: a COMPLETE file
     edited to another step would resume there and skip (or repeat) data without a word."""
     path = Path(ckpt_dir) / tag / COMPLETE
     try:
         meta = json.loads(path.read_text())
     except (OSError, ValueError) as err:
-        return f"{path} is not readable JSON ({type(err).__name__}: {err})"
+        return None, f"{path} is not readable JSON ({type(err).__name__}: {err})"
     step = tag_step(tag)
     if not isinstance(meta, dict) or meta.get("step") != step:
         found = meta.get("step") if isinstance(meta, dict) else type(meta).__name__
-        return f"{path} says step {found!r} where its tag is step {step}: edited or corrupt"
-    return None
+        return None, f"{path} says step {found!r} where its tag is step {step}: edited or corrupt"
+    return meta, None
+
+
+def meta_problem(ckpt_dir: Path, tag: str) -> str | None:
+    """Why a complete tag's metadata cannot be trusted, or None."""
+    return _checked_meta(ckpt_dir, tag)[1]
 
 
 def read_meta(ckpt_dir: Path, tag: str) -> dict:
-    if problem := meta_problem(ckpt_dir, tag):
+    meta, problem = _checked_meta(ckpt_dir, tag)
+    if problem:
         raise CheckpointError(problem)
-    return json.loads((Path(ckpt_dir) / tag / COMPLETE).read_text())
+    return meta
 
 
 def _complete_step_tags(ckpt_dir: Path) -> list[str]:

@@ -172,10 +172,11 @@ def checked_meta(spec, ckpt_dir: Path, tag: str) -> dict:
     if not ckpt.is_complete(ckpt_dir, tag):
         raise ResumeMismatch(f"train.resume_tag={tag!r} is not a complete checkpoint under {ckpt_dir}; "
                              f"complete ones: {ckpt.complete_tags(ckpt_dir)}")
-    if problem := ckpt.meta_problem(ckpt_dir, tag):
-        raise ResumeMismatch(f"checkpoint {tag} cannot be resumed from: {problem}; complete ones that hold: "
-                             f"{ckpt.complete_tags(ckpt_dir)}")
-    meta = ckpt.read_meta(ckpt_dir, tag)
+    try:
+        meta = ckpt.read_meta(ckpt_dir, tag)
+    except ckpt.CheckpointError as err:
+        raise ResumeMismatch(f"checkpoint {tag} cannot be resumed from: {err}; complete ones that hold: "
+                             f"{ckpt.complete_tags(ckpt_dir)}") from None
     if meta["manifest_version"] != spec.manifest_version:
         raise ResumeMismatch(f"checkpoint {ckpt_dir / tag} was trained on dataset version {meta['manifest_version']}, "
                              f"the tokens are now version {spec.manifest_version}; use a new run_root, or restore "

@@ -206,8 +206,8 @@ class DirtySettings(Strict):
     min_distinct_hits: int = Field(2, ge=1, description="... and at least this many different terms, patterns or "
                                    "domains hit (one term, however often repeated, never rejects)")
     unmask: bool = Field(True, description="match lists and classifier against the text with spam's disguises "
-                         "folded away (NFKC, look-alike letters, separators inside words: tasks/clean/disguise.py); "
-                         "the kept text is unchanged")
+                         "folded away (full-width, mathematical and circled letters and digits, look-alike letters, "
+                         "emoji, separators inside words: tasks/clean/disguise.py); the kept text is unchanged")
     word_aware: bool = Field(True, description="Chinese terms match only where they do not straddle a word of the "
                              "text's segmentation (rjieba): 色情 is not found in 白色情人节")
     classifier_examples: list[str] = Field(default_factory=list, description="labeled spam/ham files ('label<TAB>text', "

@@ -6,13 +6,13 @@ Chat and SMS spam hides its words from lists with characters that look like othe
 and Greek look-alikes (саsіnо), and separators between the characters of a word (色❤单❤身, 赌.博, 加-微-信).
 Three steps undo that: the compatibility forms of letters and digits folded as NFKC folds them (full-width,
 mathematical, circled and parenthesised; not the rest of NFKC, which would also turn ㎡ into m2 and full-width
-punctuation into ASCII under patterns that expect them), a map of look-alike letters to the Latin ones they imitate (in words made of Latin letters and
-look-alikes only, so Russian or Greek words with letters of their own stay as they are), and the removal of separator runs that sit
-between two CJK characters or split a word of single Latin letters (c.a.s.i.n.o, c a s i n o), and of emoji, arrows and
-other pictographic symbols wherever they stand (no list term holds one). A separator run is
-symbols, emoji, ASCII marks that do not end a clause (- . * _ | ~ and the like), zero-width characters and spaces:
-never CJK punctuation (，。、), an ASCII comma, colon, question mark or bracket, or a letter, so ordinary Chinese
-clauses stay apart and words are not joined across them.
+punctuation into ASCII under patterns that expect them), a map of look-alike letters to the Latin ones they
+imitate (in words made of Latin letters and look-alikes only, so Russian or Greek words with letters of their own
+stay as they are), and the removal of separator runs that sit between two CJK characters or split a word of single
+Latin letters (c.a.s.i.n.o, c a s i n o), and of emoji, arrows and other pictographic symbols wherever they stand
+(no list term holds one). A separator run is symbols, emoji, ASCII marks that do not end a clause (- . * _ | ~ and
+the like), zero-width characters and spaces: never CJK punctuation (，。、), an ASCII comma, colon, question mark
+or bracket, or a letter, so ordinary Chinese clauses stay apart and words are not joined across them.
 """
 from __future__ import annotations
 

@@ -280,10 +280,10 @@ def source_root(source: SourceConfig) -> str | None:
     return os.path.realpath(base.parent if base.is_file() else base)
 
 
-def refusal(path: str, source: SourceConfig) -> str | None:
-    """Why a local file of a source is not read: a link to nothing, or (without follow_symlinks) a link that
-    leads out of the source's folder, as a corpus link to /etc/shadow would. None: read it."""
-    root = source_root(source)
+def refusal(path: str, source: SourceConfig, root: str | None) -> str | None:
+    """Why a local file of a source (whose folder is `root`, source_root's) is not read: a link to nothing, or
+    (without follow_symlinks) a link that leads out of the source's folder, as a corpus link to /etc/shadow would.
+    None: read it."""
     if root is None:
         return None
     target = os.path.realpath(path)
@@ -308,9 +308,10 @@ def iter_files(fs: fsspec.AbstractFileSystem, paths, source: SourceConfig,
     Documents read from a file before it broke are kept (they are real text),
     and the report says how many there were.
     """
+    root = source_root(source)
     for path in paths:
         count = 0
-        if reason := refusal(path, source):
+        if reason := refusal(path, source, root):
             unreadable.append(UnreadableFile(path, reason, 0))
             continue
         try:

@@ -51,9 +51,9 @@ def profiled(cfg: PipelineConfig, run_root: Path, name: str, train_update: dict,
 
 
 def zero3_steps(cfg: PipelineConfig, run_root: Path, log_line) -> str:
-    """ZeRO-3 steps timed for the plan, in DeepSpeed's default buckets (below 5e8 parameters the whole model in one:
-    nothing the model credits as prefetched, so what the steps take beyond their traffic is ZeRO-3's own cost). A failure leaves ZeRO-3 predicted from its
-    traffic alone and is said in the check's detail."""
+    """ZeRO-3 steps timed for the plan, in DeepSpeed's default buckets (below 5e8 parameters the whole model in
+    one: nothing the model credits as prefetched, so what the steps take beyond their traffic is ZeRO-3's own cost).
+    A failure leaves ZeRO-3 predicted from its traffic alone and is said in the check's detail."""
     try:
         result = profiled(cfg, run_root, ZERO3_PROFILE_DIR, {"zero_stage": 3, "bucket_size": DEEPSPEED_BUCKET}, log_line)
     except (TrainingFailed, OSError, ValueError) as err:

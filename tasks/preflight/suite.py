@@ -28,17 +28,16 @@ def planned(cfg: PipelineConfig, run_root: Path, checks: list[dict], dropped: li
             log_line: Callable[[str], None]) -> dict | None:
     """The communication plan from what was just measured, on the nodes training will use; printed and kept in the
     report. None without a profiled run (preflight.comm_profile_steps: 0) or a trained tokenizer."""
-    from tasks.train.comm_plan import ZERO3_PROFILE_DIR, make_plan, measured_from, ranks_of, render
+    from tasks.train.comm_plan import make_plan, measured_from, ranks_of, render, zero3_profile
 
     profile = run_root / "preflight" / "profile" / PROFILE_FILE
-    zero3 = run_root / "preflight" / ZERO3_PROFILE_DIR / PROFILE_FILE
     tokenizer = run_root / "tokenizer" / "report.json"
     if not (profile.is_file() and tokenizer.is_file()):
         return None
     train = without_nodes(cfg, set(dropped)).train
     try:
         plan = make_plan(cfg.model, train, read_json(tokenizer)["embedding_rows"], ranks_of(train),
-                         measured_from(checks, read_json(profile), read_json(zero3) if zero3.is_file() else None))
+                         measured_from(checks, read_json(profile), zero3_profile(run_root / "preflight")))
     except ValueError as err:  # e.g. a global batch that does not divide over the ranks left
         log_line(f"communication plan: {err}")
         return {"error": str(err)}

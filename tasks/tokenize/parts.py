@@ -25,6 +25,7 @@ from tasks.tokenizer.fast_bpe import FastBPE, fast_bpe
 from tasks.tokenizer.train import EOS
 
 QUALITIES = ("clean",) + RULE_FAMILIES
+QUALITY_INDEX = {name: i for i, name in enumerate(QUALITIES)}
 PARTS_LAYOUT = 2  # in each part's fingerprint: 2 splits shards by quality too, so parts of layout 1 are redone
 
 
@@ -172,10 +173,10 @@ def _quality_index(flags: list[str] | None) -> int:
     if not flags:
         return 0
     family = flags[0].partition(":")[0]
-    if family not in QUALITIES:
+    if family not in QUALITY_INDEX:
         raise ValueError(f"a kept document is flagged by {flags[0]!r}, a rule this version does not know; "
                          f"re-run the clean stage (`pretrain clean --config ...`)")
-    return QUALITIES.index(family)
+    return QUALITY_INDEX[family]
 
 
 def _split_by_key(flat: np.ndarray, lengths: np.ndarray, keys: np.ndarray):

@@ -42,16 +42,18 @@ class FastBPE:
     def holds_added(self, text: str) -> bool:
         return self.added is not None and self.added.search(text) is not None
 
+    def _ranks(self, text: str) -> list[int]:
+        return self.encoding.encode_ordinary(unicodedata.normalize("NFC", text))  # HF's normalizer is NFC
+
     def ids(self, text: str) -> list[int]:
         """The text's ids (for a text that holds no added token)."""
-        ranks = self.encoding.encode_ordinary(unicodedata.normalize("NFC", text))
-        return self.rank_to_id[np.array(ranks, dtype=np.int64)].tolist()
+        return self.rank_to_id[np.array(self._ranks(text), dtype=np.int64)].tolist()
 
     def flat(self, texts: list[str], eos: int, dtype) -> tuple[np.ndarray, np.ndarray] | None:
         """All texts' ids with EOS after each, as one array, and each text's length (None: see ids)."""
         if any(self.holds_added(t) for t in texts):
             return None
-        ranks = [self.encoding.encode_ordinary(unicodedata.normalize("NFC", t)) for t in texts]
+        ranks = [self._ranks(t) for t in texts]
         lengths = np.fromiter((len(r) + 1 for r in ranks), dtype=np.int64, count=len(ranks))
         ends = np.cumsum(lengths)
         out = np.empty(int(ends[-1]) if len(ends) else 0, dtype=dtype)

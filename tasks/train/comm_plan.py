@@ -73,9 +73,14 @@ def measured(preflight_dir: Path) -> Measured | None:
     report, profile = preflight_dir / "report.json", preflight_dir / "profile" / PROFILE_FILE
     if not (report.is_file() and profile.is_file()):
         return None
-    zero3 = preflight_dir / ZERO3_PROFILE_DIR / PROFILE_FILE
     return measured_from(json.loads(report.read_text())["checks"], json.loads(profile.read_text()),
-                         json.loads(zero3.read_text()) if zero3.is_file() else None)
+                         zero3_profile(preflight_dir))
+
+
+def zero3_profile(preflight_dir: Path) -> dict | None:
+    """Preflight's timed ZeRO-3 steps, when it ran them (zero_stage auto on more than one rank)."""
+    path = preflight_dir / ZERO3_PROFILE_DIR / PROFILE_FILE
+    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def measured_from(checks: list[dict], profile: dict, zero3_profile: dict | None = None) -> Measured | None:

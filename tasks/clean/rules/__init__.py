@@ -14,16 +14,15 @@ from tasks.clean.rules.generic import GarbageRule, LengthRule
 
 __all__ = ["Doc", "Failure", "Outcome", "Rule", "Judgement", "RULE_FAMILIES", "build_rules", "judge_rules"]
 
-# every family's name, in the order they run: a tag-mode flag is "<family>:<reason>"
-RULE_FAMILIES = tuple(r.name for r in (LengthRule, DecontamRule, GarbageRule, DirtyRule, GopherRepetitionRule,
-                                       GopherQualityRule, C4Rule, FineWebRule, ChineseRule, CodeRule))
+# the families in the order they run, each configured by the rules section of its name; decontam right after
+# length, so that a contaminated document is counted against its eval set
+RULE_CLASSES = (LengthRule, DecontamRule, GarbageRule, DirtyRule, GopherRepetitionRule, GopherQualityRule, C4Rule,
+                FineWebRule, ChineseRule, CodeRule)
+RULE_FAMILIES = tuple(r.name for r in RULE_CLASSES)  # a tag-mode flag is "<family>:<reason>"
 
 
 def build_rules(cfg: RulesConfig) -> list[Rule]:
-    # decontam right after length, so that a contaminated document is counted against its eval set
-    return [LengthRule(cfg.length), DecontamRule(cfg.decontam), GarbageRule(cfg.garbage), DirtyRule(cfg.dirty),
-            GopherRepetitionRule(cfg.gopher_repetition), GopherQualityRule(cfg.gopher_quality),
-            C4Rule(cfg.c4), FineWebRule(cfg.fineweb), ChineseRule(cfg.chinese), CodeRule(cfg.code)]
+    return [rule(getattr(cfg, rule.name)) for rule in RULE_CLASSES]
 
 
 @dataclass

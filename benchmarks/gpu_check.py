@@ -18,7 +18,8 @@ what says the most first:
   zero2_125m         125M under ZeRO-2, activation checkpointing off and on: both train; time and memory ratios
   rollback_drill     a NaN loss injected at a data position: anomaly, rollback, skip-ahead past it, finish
   hf_export_parity   the drill's checkpoint exported to HF Llama; transformers' logits against ours
-  mfu_settings       SDPA flash only, torch.compile, micro-batch 32, activation checkpointing: the fastest
+  mfu_settings       SDPA flash only, torch.compile, micro-batch 32, activation checkpointing, compile with
+                     micro-batch 32: the fastest (--variants NAME... runs some only)
 
 <out>/gpu-<date>.json (device, versions, mfu_500m_bf16, checks: {name: {ok, ...}}) is rewritten after every
 check, so a run killed at its limit still returns what it measured.
@@ -44,7 +45,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import torch  # noqa: E402
 
-from _gpu_checks import CHECKS, GPU_DEADLINE_S, SIM_DEADLINE_S, Context  # noqa: E402
+from _gpu_checks import CHECKS, GPU_DEADLINE_S, SIM_DEADLINE_S, VARIANTS, Context  # noqa: E402
 from tasks.common.lifetime import kill_group  # noqa: E402
 
 KILL_GRACE_S = 30  # after SIGTERM: the ranks save nothing (no checkpoint is due) and leave
@@ -202,6 +203,7 @@ def main() -> int:
     parser.add_argument("--work", type=Path, help="scratch folder for the runs (default: a temporary one)")
     parser.add_argument("--gpu-tools", type=Path, help="folder with nccl-tests/ and nvbandwidth/ sources to build")
     parser.add_argument("--only", nargs="*", choices=list(CHECKS), help="run these checks only")
+    parser.add_argument("--variants", nargs="*", choices=list(VARIANTS), help="mfu_settings runs these only")
     parser.add_argument("--budget-s", type=float, help="wall-clock budget for all checks: a check is cut to what "
                         "is left, and one with under 30 s left is not started")
     parser.add_argument("--deadline-s", type=float, help="every check's deadline (default: each its own, "
@@ -225,7 +227,8 @@ def main() -> int:
     work = args.work or Path(tempfile.mkdtemp(prefix="gpu-check-"))
     work.mkdir(parents=True, exist_ok=True)
     run_root = args.prepared or prepare(work / "prepared")
-    ctx = Context(str(run_root.resolve()), str(work.resolve()), args.sim, str(args.gpu_tools) if args.gpu_tools else None)
+    ctx = Context(str(run_root.resolve()), str(work.resolve()), args.sim, str(args.gpu_tools) if args.gpu_tools else None,
+                  tuple(args.variants) if args.variants else None)
     args.out.mkdir(parents=True, exist_ok=True)
     report = run_all(ctx, [n for n in CHECKS if n in (args.only or CHECKS)], args.out, args.budget_s, args.deadline_s)
     return 0 if all(r.get("ok") for r in report["checks"].values()) else 1

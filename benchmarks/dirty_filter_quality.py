@@ -155,7 +155,7 @@ def main() -> None:
     parser.add_argument("--extra", type=Path, default=None, help="folder with waimai_10k.csv and "
                         "online_shopping_10_cats.csv (SophonPlus/ChineseNlpCorpus), zh_sms_10k_content.json and "
                         "zh_sms_10k_label.json (ZPdesu/Spam-Message-Classifier-sklearn), fewclue_<task>_<file>.json "
-                        "(CLUEbenchmark/FewCLUE; the README lists them)")
+                        "(CLUEbenchmark/FewCLUE; docs/clean.md lists them)")
     parser.add_argument("--show-removed", type=int, default=0, metavar="N", help="print up to N rows of each clean "
                         "corpus that each variant removes, from the scored half (tune while tuning; held-out only "
                         "to read what a final score counted)")

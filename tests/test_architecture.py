@@ -1,4 +1,4 @@
-"""The layering the README's Architecture section states, checked on the source: no import cycle between the
+"""The layering docs/architecture.md states, checked on the source: no import cycle between the
 project's modules, no Prefect below flows/, no function longer than a screen."""
 import ast
 from pathlib import Path

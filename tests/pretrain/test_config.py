@@ -130,14 +130,16 @@ def merged(base: dict, extra: dict) -> dict:
     return out
 
 
-def readme_yaml_examples() -> list[str]:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    return re.findall(r"```yaml\n(.*?)```", text, flags=re.S)
+def doc_yaml_examples() -> list[str]:
+    """The YAML blocks of the README and of every page under docs/."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    return [block for page in pages
+            for block in re.findall(r"```yaml\n(.*?)```", page.read_text(encoding="utf-8"), flags=re.S)]
 
 
-def test_every_yaml_example_in_the_readme_loads_as_written(tmp_path):
-    examples = readme_yaml_examples()
-    assert len(examples) >= 2  # the clean rules and the training mixture
+def test_every_yaml_example_in_the_docs_loads_as_written(tmp_path):
+    examples = doc_yaml_examples()
+    assert len(examples) >= 3  # the README's rules, the clean page's rules, the training mixture
     for example in examples:  # each read by the config loader as the user would write it, into the tiny config
         data = merged(tiny_dict(tmp_path / "run"), yaml.load(example, Loader=UniqueKeyLoader))
         parse_config(data, "README example")

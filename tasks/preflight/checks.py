@@ -112,6 +112,13 @@ def check_gpus() -> Check:
                  + (f"; ECC errors on {[g['index'] for g in bad_ecc]}" if bad_ecc else ""))
 
 
+def nccl_failure(s: dict) -> str:
+    """Why a run failed, in the tool's words where it gave them."""
+    if s["errors"]:
+        return s["errors"][0]
+    return "no footer (killed or truncated)" if s["truncated"] else "wrong values or FAILED footer"
+
+
 def check_nccl_test(cfg: PreflightConfig, binary_name: str, key: str, limits: dict | None, scale: float = 1.0) -> Check:
     name = f"nccl_tests_{binary_name.removesuffix('_perf')}"
     binary = find_tool(binary_name, cfg.nccl_tests_dir)
@@ -124,9 +131,9 @@ def check_nccl_test(cfg: PreflightConfig, binary_name: str, key: str, limits: di
         code, out = run_tool(cmd + (["-J", str(report)] if cfg.tool_json else []))
         parsed = parse_nccl_tests_json(json.loads(report.read_text())) if report.is_file() else parse_nccl_tests(out)
     s = nccl_summary(parsed)
-    if code != 0 or not s["complete"] or s["failed"]:
-        why = "no footer (killed or truncated)" if not s["complete"] else "wrong values or FAILED footer"
-        return Check(name, FAIL, f"exit {code}: {why}", "a complete run with correct values", out[-500:])
+    if code != 0 or s["failed"]:
+        return Check(name, FAIL, f"exit {code}: {nccl_failure(s)}", "a complete run with correct values",
+                     "; ".join(s["errors"]) or out[-500:])
     return graded(name, s["avg_busbw"], "GB/s avg busbw", limits, key,
                   f"peak {s['peak_busbw']} GB/s, {s['ranks'] or gpus} ranks on {len(s['hosts'] or [1])} host(s)"
                   + (f"; expectation is per NIC x {scale:g} NICs" if scale != 1 else ""), scale)

@@ -1,39 +1,49 @@
-"""Parsers for the text NVIDIA's nccl-tests and nvbandwidth print, in every format seen in the wild.
+"""Parsers for the text NVIDIA's nccl-tests and nvbandwidth print, found by its content, not by its place.
 
-nccl-tests: current (v2.x: version line, Group and root columns, PCI ids),
-legacy (no Group or root column; broadcast without a redop column; an `error`
-column that holds the largest numerical error, `1e-06`, not a count of wrong
-elements), times printed as integers or in exponent form at large sizes, `N/A`
-in #wrong when validation is off, per-iteration and timestamp columns,
-`[1,0]<stdout>:` prefixes under mpirun --tag-output and `0: ` prefixes under
-Slurm's `srun -l`. AMD's rccl-tests print the same table with a version line
-of their own and notes (`# Errors with asterisks ...`, an asterisk after an
-error over its threshold). The columns are read from the table's header line
-when there is one. A missing footer marks the output truncated; the footer's
-verdict (`Out of bounds values : 0 OK`) is the tool's own and decides over
-counts taken from the rows.
-nvbandwidth: v0.2 and v0.8 preambles, one matrix per test with `N/A` cells,
-and the `SUM <test> <value>` line that ends each test.
+nccl-tests: every line is searched for what it holds, wherever that stands in the line, so any label a
+launcher puts before it (mpirun --tag-output's `[1,0]<stdout>:`, Slurm's `0: `, Ray's `(head, rank=0,
+pid=3808)`, a host name) and NCCL INFO lines between the rows change nothing. Header and footer lines are
+read with or without their `#` (builds before 2.10 printed the config line bare). A result row is two
+integers (size, count), a type, an optional reduction op, an optional root, then the out-of-place and
+in-place blocks (time, algbw, busbw, check; twice as wide with per-iteration columns; `-T` timestamps
+skipped); the blocks are counted from the values, so a row that leaves its redop blank (alltoall) or a
+legacy broadcast with a root and no redop reads right. The check column counts wrong elements (`#wrong`)
+or, in legacy outputs, holds the largest numerical error (`error`, `res`). AMD's rccl-tests print the same
+table (`# nThreads: 1 nGpus: 4 ...`, an asterisk after an error over its threshold).
+Verdicts: the tool's own footer (`Out of bounds values : 0 OK`, `Avg bus bandwidth : X [OK|FAILED]`)
+decides over counts from the rows; any line reporting a failure (`Test NCCL failure`, `Test CUDA failure`,
+`Test failure`, `NCCL failure`, `NCCL WARN`, `Segmentation fault`, a rank that exited on a signal) fails
+the run with the line kept; an output without its footer is failed unless its rows reach the configured
+maximum size with no wrong values (only the footer was lost).
+nvbandwidth: v0.2-v0.8 preambles, one matrix per test with `N/A` cells, and the `SUM <test> <value>` line
+that ends each test, after any launcher label.
 """
 from __future__ import annotations
 
+import math
 import re
 
-_MPI_PREFIX = re.compile(r"^\[\d+,\d+\]<std(?:out|err)>:\s?")
-_SRUN_PREFIX = re.compile(r"^\s*\d+: ")
-_INT = re.compile(r"^-?\d+$")
-_VERSION = re.compile(r"#\s*(nccl-tests) version (\S+)|(rccl-tests): Version (\S+)")
-_STARTING = re.compile(r"#\s*Collective test starting:\s*(\S+)")
-_CONFIG = re.compile(r"#?\s*nThread (\d+) nGpus (\d+) minBytes (\d+) maxBytes (\d+)")
-_DEVICE = re.compile(r"#\s*Rank\s+(\d+)(?:\s+Group\s+(\d+))?\s+Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)\s+\[([^\]]+)\]\s+(.*)$")
-_OOB = re.compile(r"#\s*Out of bounds values\s*:\s*(\d+)\s*(OK|FAILED)?")
-_AVG = re.compile(r"#\s*Avg bus bandwidth\s*:\s*([0-9.eE+-]+)\s*(OK|FAILED)?")
-_ERROR = re.compile(r"#\s*error:\s*(.+)$")
+_LAUNCHER_LABEL = re.compile(r"^\s*(?:\([^)]*\)\s*)?(?:\[\d+,\d+\]<std(?:out|err)>:\s?)?(?:\d+:\s)?")
+_ROW = re.compile(r"(?<![\w.,:\-])(\d+)\s+(\d+)\s+([A-Za-z][A-Za-z0-9_]*)\s+(\S.*)$")
+_NUMBER = re.compile(r"^-?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?\*?$|^N/A\*?$")
+_STAMP = re.compile(r"^\d{4}-\d\d-\d\d$|^\d\d:\d\d:\d\d$")
+_HEADER = re.compile(r"\b(?:size\s+count|bytes\s+N)\s+type\b(.*)$")
+_VERSION = re.compile(r"(nccl-tests) version (\S+)|(rccl-tests): Version (\S+)")
+_STARTING = re.compile(r"Collective test starting:\s*(\S+)")
+_CONFIG = re.compile(r"nThreads?:?\s+(\d+)\s+nGpus:?\s+(\d+)\s+(?:nRanks:?\s+\d+\s+)?minBytes:?\s+(\d+)\s+"
+                     r"maxBytes:?\s+(\d+)")
+_REDUCED_MAX = re.compile(r"Reducing maxBytes to (\d+)")
+_DEVICE = re.compile(r"Rank\s+(\d+)(?:\s+Group\s+(\d+))?(?:\s+Pid\s+(\d+))?\s+on\s+(\S+)\s+device\s+(\d+)\s+"
+                     r"\[([^\]]+)\]\s+(.*)$")
+_OOB = re.compile(r"Out of bounds values\s*:\s*(\d+)\s*(OK|FAILED)?")
+_AVG = re.compile(r"Avg bus bandwidth\s*:\s*([0-9.eE+-]+|nan|inf)\s*(OK|FAILED)?", re.I)
+_FAILURE = re.compile(r"(Test (?:NCCL |CUDA )?failure\b.*|NCCL failure\b.*|NCCL WARN\b.*|Segmentation fault.*|"
+                      r"Bus error.*|exited on signal \d+.*|MPI_ABORT.*|(?<=#)\s*error:\s*\S.*)")
 
 
 def strip_mpi_prefixes(text: str) -> list[str]:
-    """The lines without the labels launchers put before them (mpirun --tag-output, srun -l)."""
-    return [_MPI_PREFIX.sub("", _SRUN_PREFIX.sub("", line.rstrip("\r"), count=1)) for line in text.splitlines()]
+    """The lines without the labels launchers put before them (Ray, mpirun --tag-output, srun -l)."""
+    return [_LAUNCHER_LABEL.sub("", line.rstrip("\r"), count=1) for line in text.splitlines()]
 
 
 def _number(token: str) -> float | None:
@@ -41,13 +51,13 @@ def _number(token: str) -> float | None:
 
 
 def table_layout(line: str) -> dict | None:
-    """The column header (`#  size  count  type  redop  root  time ...  #wrong`): the leading columns, and
+    """From the column header (`size count type redop root time ... #wrong`), wherever it stands in the line:
     whether the check column counts wrong elements (`#wrong`) or holds an error magnitude (legacy `error`)."""
-    tokens = line.lstrip("#").split()
-    if len(tokens) < 6 or tokens[:2] != ["size", "count"] or "time" not in tokens:
+    m = _HEADER.search(line)
+    if not m or "time" not in m.group(1).split():
         return None
-    check = "count" if "#wrong" in tokens else "magnitude" if "error" in tokens else None
-    return {"head": tokens[:tokens.index("time")], "check": check}
+    tail = m.group(1).split()
+    return {"check": "count" if "#wrong" in tail else "magnitude" if {"error", "res"} & set(tail) else None}
 
 
 def _result(values: list[str], check: str | None) -> dict:
@@ -61,39 +71,66 @@ def _result(values: list[str], check: str | None) -> dict:
     return {**out, "over_threshold": True} if over else out
 
 
-def _head(tokens: list[str], layout: dict | None) -> tuple[dict, int] | None:
-    """The leading fields of a row and how many tokens they take, from the header or, without one, the shape."""
-    if layout:
-        names = layout["head"]
-        if len(tokens) < len(names) + 8:
-            return None
-        fields = dict(zip(names, tokens))
-        return {"size": int(fields["size"]), "count": int(fields["count"]), "type": fields.get("type"),
-                "redop": fields.get("redop"), "root": int(fields["root"]) if "root" in fields else None}, len(names)
-    has_root = len(tokens) >= 13 and bool(_INT.match(tokens[4]))
-    width = 5 if has_root else 4
-    return {"size": int(tokens[0]), "count": int(tokens[1]), "type": tokens[2], "redop": tokens[3],
-            "root": int(tokens[4]) if has_root else None}, width
+def _check_kind(values: list[str], layout: dict | None) -> str:
+    if layout and layout["check"]:
+        return layout["check"]
+    return "magnitude" if "e" in values[3].lower() and "N/A" not in values[3] else "count"
 
 
 def parse_nccl_row(line: str, layout: dict | None = None) -> dict | None:
-    """One result row, or None for anything else; `layout` from the table's header line when it had one."""
-    tokens = line.split()
-    if len(tokens) < 12 or not (tokens[0].isdigit() and tokens[1].isdigit()):
+    """The result row in this line, wherever it starts, or None; `layout` from the table's header when seen."""
+    m = _ROW.search(line)
+    if not m:
         return None
-    check = layout["check"] if layout else ("magnitude" if "e" in tokens[-1].lower() and "N/A" not in tokens[-1]
-                                            else "count")
+    size, count, dtype, rest = m.groups()
+    tokens = [t for t in rest.split() if not _STAMP.match(t)]
+    redop = tokens.pop(0) if tokens and not _NUMBER.match(tokens[0]) else None
+    if not tokens or not all(_NUMBER.match(t) for t in tokens) or len(tokens) % 4 not in (0, 1) \
+            or len(tokens) // 4 not in (2, 4):
+        return None
+    root = int(tokens.pop(0)) if len(tokens) % 4 == 1 else None
+    width = len(tokens) // 2  # 4 per block, 8 with per-iteration columns
     try:
-        found = _head(tokens, layout)
-        if found is None:
-            return None
-        head, width = found
-        values = [v for v in tokens[width:] if not re.match(r"^\d{4}-\d\d-\d\d$|^\d\d:\d\d:\d\d$", v)]  # -T
-        per_iteration = len(values) >= 16  # time algbw busbw #wrong i_min i_max i_p99 i_cv%, twice
-        in_place = values[8:12] if per_iteration else values[4:8]
-        return {**head, "out_of_place": _result(values[:4], check), "in_place": _result(in_place, check)}
-    except (ValueError, IndexError):
+        check = _check_kind(tokens, layout)
+        return {"size": int(size), "count": int(count), "type": dtype, "redop": redop, "root": root,
+                "out_of_place": _result(tokens[:4], check), "in_place": _result(tokens[width:width + 4], check)}
+    except ValueError:
         return None
+
+
+def _read_meta(line: str, out: dict) -> bool:
+    """The version, test, config and device lines; True when the line was one of them."""
+    if m := _VERSION.search(line):
+        out["tool"], out["version"] = (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
+    elif m := _STARTING.search(line):
+        out["test"] = m.group(1)
+    elif m := _CONFIG.search(line):
+        out["config"] = dict(zip(("nthread", "ngpus", "min_bytes", "max_bytes"), map(int, m.groups())))
+    elif m := _REDUCED_MAX.search(line):
+        out["config"] = {**(out["config"] or {}), "max_bytes": int(m.group(1))}
+    elif m := _DEVICE.search(line):
+        rank, group, pid, host, device, pci, name = m.groups()
+        out["devices"].append({"rank": int(rank), "group": int(group) if group else None,
+                               "pid": int(pid) if pid else None, "host": host, "device": int(device), "pci": pci,
+                               "name": name.strip()})
+    else:
+        return False
+    return True
+
+
+def _read_footer(line: str, out: dict) -> bool:
+    if m := _OOB.search(line):
+        out["out_of_bounds"] = {"count": int(m.group(1)), "ok": m.group(2) != "FAILED" and int(m.group(1)) == 0}
+    elif m := _AVG.search(line):
+        value = float(m.group(1))
+        out["avg_busbw"] = value if math.isfinite(value) else None
+        out["avg_busbw_check"] = m.group(2)  # OK / FAILED when NCCL_TESTS_MIN_BW is set
+        out["complete"] = True
+    elif m := _FAILURE.search(line):
+        out["errors"].append(m.group(1).strip())
+    else:
+        return False
+    return True
 
 
 def parse_nccl_tests(text: str) -> dict:
@@ -102,43 +139,26 @@ def parse_nccl_tests(text: str) -> dict:
                  "out_of_bounds": None, "avg_busbw": None, "avg_busbw_check": None, "errors": [], "complete": False}
     layout = None
     for line in strip_mpi_prefixes(text):
-        if not line.lstrip().startswith("#"):
-            if row := parse_nccl_row(line, layout):
-                out["rows"].append(row)
-            elif m := _VERSION.match(line.strip()):  # rccl-tests print theirs without the '#'
-                out["tool"], out["version"] = m.group(3), m.group(4)
-            elif m := _CONFIG.match(line.strip()):  # so did nccl-tests before 2.10
-                out["config"] = dict(zip(("nthread", "ngpus", "min_bytes", "max_bytes"), map(int, m.groups())))
-            continue
         if found := table_layout(line):
             layout = found
-        elif m := _VERSION.match(line):
-            out["tool"], out["version"] = m.group(1), m.group(2)
-        elif m := _STARTING.match(line):
-            out["test"] = m.group(1)
-        elif m := _CONFIG.match(line):
-            out["config"] = dict(zip(("nthread", "ngpus", "min_bytes", "max_bytes"), map(int, m.groups())))
-        elif m := _DEVICE.match(line):
-            rank, group, pid, host, device, pci, name = m.groups()
-            out["devices"].append({"rank": int(rank), "group": int(group) if group else None, "pid": int(pid),
-                                   "host": host, "device": int(device), "pci": pci, "name": name.strip()})
-        elif m := _OOB.match(line):
-            out["out_of_bounds"] = {"count": int(m.group(1)), "ok": m.group(2) != "FAILED" and int(m.group(1)) == 0}
-        elif m := _AVG.match(line):
-            out["avg_busbw"] = float(m.group(1))
-            out["avg_busbw_check"] = m.group(2)  # OK / FAILED when NCCL_TESTS_MIN_BW is set
-            out["complete"] = True
-        elif m := _ERROR.match(line):
-            out["errors"].append(m.group(1).strip())
+        elif not (_read_meta(line, out) or _read_footer(line, out)) and (row := parse_nccl_row(line, layout)):
+            out["rows"].append(row)
     return out
+
+
+def _rows_reach_the_end(parsed: dict) -> bool:
+    """An output cut after its last row: the rows reach the configured maximum size."""
+    config, rows = parsed["config"] or {}, parsed["rows"]
+    return bool(rows and config.get("max_bytes") and max(r["size"] for r in rows) >= config["max_bytes"])
 
 
 def nccl_summary(parsed: dict) -> dict:
     """The figures a check needs: peak and average busbw, whether the run finished and validated.
 
-    Validation is the tool's own verdict (the out-of-bounds footer) when the output has one; only a truncated
-    output is judged from its rows (wrong-element counts, rccl-tests' over-threshold marks). An `error` column
-    of a legacy output is a magnitude (reported as max_error), never a count."""
+    Validation is the tool's own verdict (the out-of-bounds footer) when the output has one; only an output
+    without it is judged from its rows (wrong-element counts, rccl-tests' over-threshold marks), and is failed
+    unless the rows reach the configured maximum size. An `error` column of a legacy output is a magnitude
+    (reported as max_error), never a count. A reported failure line fails the run whatever the rows say."""
     rows = parsed["rows"]
     results = [r[side] for r in rows for side in ("out_of_place", "in_place")]
     peak = max((res["busbw"] for res in results), default=None)
@@ -147,10 +167,12 @@ def nccl_summary(parsed: dict) -> dict:
     verdict = parsed["out_of_bounds"]
     values_bad = (not verdict["ok"]) if verdict is not None else \
         bool(wrong) or any(res.get("over_threshold") for res in results)
-    failed = values_bad or parsed["avg_busbw_check"] == "FAILED" or bool(parsed["errors"])
+    truncated = not parsed["complete"] and not _rows_reach_the_end(parsed)
+    failed = values_bad or truncated or parsed["avg_busbw_check"] == "FAILED" or bool(parsed["errors"])
     return {"avg_busbw": parsed["avg_busbw"], "peak_busbw": peak, "rows": len(rows), "wrong": wrong,
             "max_error": max(errors) if errors else None, "verdict": "tool" if verdict is not None else "rows",
-            "complete": parsed["complete"], "failed": failed, "ranks": len(parsed["devices"]) or None,
+            "complete": parsed["complete"], "truncated": truncated, "failed": failed,
+            "errors": parsed["errors"][:5], "ranks": len(parsed["devices"]) or None,
             "hosts": sorted({d["host"] for d in parsed["devices"]}) or None}
 
 

@@ -103,6 +103,17 @@ def test_nccl_tests_check_fails_on_truncated_or_failed_output(tmp_path):
     assert failed.status == FAIL and "FAILED footer" in failed.measured
 
 
+def test_nccl_tests_check_names_the_tools_own_failure_line(tmp_path):
+    from pathlib import Path
+
+    real = Path(__file__).resolve().parents[2] / "fixtures" / "tool_outputs" / "nccl-tests"
+    tool_printing(tmp_path / "bin", "all_reduce_perf", real / "nccl_tests_issue280_failure_unindented_rows.txt")
+    check = check_nccl_test(PreflightConfig(nccl_tests_dir=str(tmp_path / "bin")), "all_reduce_perf",
+                            "allreduce_busbw_gbps", None)
+    assert check.status == FAIL and "Test NCCL failure common.cu:1005" in check.measured
+    assert "Test failure common.cu:891" in check.detail
+
+
 def test_nvbandwidth_check_grades_the_slowest_gpu(tmp_path):
     rtx = need_shared(FIXTURES / "nvbandwidth" / "v1_v0.2_8x_rtx4090_h2d.txt")
     binary = tool_printing(tmp_path / "bin", "nvbandwidth", rtx)

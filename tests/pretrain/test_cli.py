@@ -109,32 +109,45 @@ def is_prefect_server(p) -> bool:
     return ("prefect" in line and " server start" in line) or "prefect.server.api.server" in line
 
 
+PROCESS_LOG_HOOK = """import os, sys
+with open(os.environ["PRETRAIN_TEST_PROCESS_LOG"], "a") as log:
+    log.write(f"{os.getpid()}\\t{' '.join(sys.argv)}\\n")
+"""
+
+
+def logged_processes(log: Path) -> dict[int, str]:
+    """Every Python process the run started, from its first line of Python (pid -> command line)."""
+    rows = [line.split("\t", 1) for line in log.read_text().splitlines() if "\t" in line]
+    return {int(pid): argv for pid, argv in rows}
+
+
 @pytest.mark.slow
 def test_clean_stage_alone_with_one_server_and_nothing_left_running(tmp_path, migrated_prefect_db):
-    import time
-
+    """Every Python process of the run records itself as it starts (a sitecustomize on PYTHONPATH), so a second
+    server is counted however short it lived, and each of them is waited on, not slept past."""
     import psutil
 
     full = tiny_dict(tmp_path / "run")
     data = {key: full[key] for key in ("name", "run_root", "clean")}  # what the clean stage reads, nothing else
     data["clean"]["executor"] = {"kind": "process", "workers": 2}
     home = prefect_home(tmp_path / "prefect-home", migrated_prefect_db)
-    proc = subprocess.Popen([sys.executable, "-m", "pretrain.cli", "clean", "--config", write(tmp_path, data)],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PREFECT_HOME": str(home)})
-    servers, seen = set(), set()
-    while proc.poll() is None:
-        for p in descendants(proc.pid):
-            seen.add(p.pid)
-            if is_prefect_server(p):
-                servers.add(p.pid)
-        time.sleep(0.2)
-    out, err = proc.communicate()
-    assert proc.returncode == 0, err[-3000:]
-    assert (tmp_path / "run" / "clean" / "_SUCCESS").is_file() and '"docs_in"' in out
-    assert len(servers) == 1, err[-2000:]  # one for the run and its pool workers, not one per process
-    time.sleep(2)
-    assert not [pid for pid in seen if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
+    hook, log = tmp_path / "hook", tmp_path / "processes.log"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(PROCESS_LOG_HOOK)
+    env = {**os.environ, "PREFECT_HOME": str(home), "PRETRAIN_TEST_PROCESS_LOG": str(log),
+           "PYTHONPATH": os.pathsep.join([str(hook), str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-m", "pretrain.cli", "clean", "--config", write(tmp_path, data)],
+                          cwd=ROOT, capture_output=True, text=True, env=env, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "run" / "clean" / "_SUCCESS").is_file() and '"docs_in"' in proc.stdout
+    started = logged_processes(log)
+    servers = [argv for argv in started.values() if "server start" in argv or "prefect.server.api.server" in argv]
+    workers = [argv for argv in started.values() if "multiprocessing" in argv or "concurrent" in argv]
+    assert len(servers) == 1, servers  # one for the run and its pool workers, not one per process
+    assert len(started) >= 3 and workers, started  # the CLI, the server and the pool's workers all recorded
+    live = [psutil.Process(pid) for pid in started if psutil.pid_exists(pid)]
+    _, alive = psutil.wait_procs(live, timeout=30)
+    assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE], [p.cmdline() for p in alive]
 
 
 @pytest.mark.slow

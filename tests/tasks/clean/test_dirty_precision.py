@@ -125,25 +125,27 @@ def test_the_threshold_is_the_lowest_that_keeps_out_of_fold_ham_within_the_rate(
 
 
 def sms_examples(tmp_path, ham: list[str] = ()):
-    """The tune half of the shared zh SMS as classifier examples, and any further ham; the SMS rows, both halves."""
+    """Tune rows only (even rows: the odd ones are the benchmark's held-out half): every other tune row of the
+    shared zh SMS as classifier examples, with any further ham; the other tune rows, to judge."""
     with open(need_shared(CORPORA / "dirty" / "zh_sms_labeled.tsv"), encoding="utf-8", errors="replace") as f:
         zh = [(r[0] == "1", r[1]) for r in csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE) if len(r) == 2]
+    tune = zh[0::2]
     path = tmp_path / "examples.tsv"
-    rows = zh[0::2] + [(False, t) for t in ham]
+    rows = tune[0::2] + [(False, t) for t in ham]
     path.write_text("".join(f"{int(s)}\t{' '.join(t.split())}\n" for s, t in rows), encoding="utf-8")
-    return path, zh
+    return path, tune[1::2]
 
 
 def test_cross_validation_runs_when_the_stage_starts_and_the_manifest_records_it(tmp_path):
-    examples, zh = sms_examples(tmp_path)
+    examples, judged = sms_examples(tmp_path)
     corpus = tmp_path / "corpus.jsonl"
-    corpus.write_text("".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for _, t in zh[1::2][:200]),
+    corpus.write_text("".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for _, t in judged[:200]),
                       encoding="utf-8")
     cfg = CleanConfig.model_validate({"sources": [{"path": str(corpus)}],
                                       "rules": {"dirty": {"classifier_examples": [str(examples)]}}})
     m = run_clean(cfg, tmp_path / "clean")
     zh_cv = m["classifier"]["zh"]
-    assert zh_cv["folds"] == 5 and 540 <= zh_cv["spam"] + zh_cv["ham"] <= 548
+    assert zh_cv["folds"] == 5 and (zh_cv["spam"], zh_cv["ham"]) == (31, 242)  # every other tune row
     assert 0 < zh_cv["threshold"] < 1 and zh_cv["ham_rate"] <= 0.005 and zh_cv["spam_recall"] > 0.3
     assert zh_cv["judges_up_to_chars"] > 100
     assert zh_cv["scope"] in ("evidence", "all") and set(zh_cv["recall_by_scope"]) == {"evidence", "all"}
@@ -167,12 +169,18 @@ def test_the_classifier_never_judges_a_long_page_and_judges_text_without_evidenc
 
 
 def test_spam_without_a_listed_term_is_caught_only_when_the_classifier_judges_every_text(tmp_path):
-    examples, zh = sms_examples(tmp_path)
+    """English tune rows (even rows of the shared SMS collection): the model learns from every other one; of the
+    other tune rows' spam, 17 hold no listed term when written, and the model caught 10 of them in scope 'all'."""
+    from tests.tasks.clean.test_spam_model import sms_rows
+
+    tune = sms_rows()[1][0::2]
+    examples = tmp_path / "en.tsv"
+    examples.write_text("".join(f"{int(s)}\t{' '.join(t.split())}\n" for s, t in tune[0::2]), encoding="utf-8")
     settings = {"classifier_examples": [str(examples)], "min_score": 1e9}  # the classifier alone
     narrow = DirtyRule(DirtySettings(**settings, classifier_scope="evidence"))
     wide = DirtyRule(DirtySettings(**settings, classifier_scope="all"))
-    unlisted = [t for s, t in zh[1::2] if s and not narrow.hits(normalize_text(t)[0])]
-    assert len(unlisted) >= 5  # held-out spam that words around every listed term
+    unlisted = [t for s, t in tune[1::2] if s and not narrow.hits(normalize_text(t)[0])]
+    assert len(unlisted) >= 10  # spam that words around every listed term
     assert not any(judge(narrow, t).failure for t in unlisted)
     assert sum(judge(wide, t).failure is not None for t in unlisted) >= len(unlisted) // 2
 
@@ -218,20 +226,20 @@ def test_the_veto_threshold_keeps_the_ham_it_may_and_gives_up_no_spam_for_nothin
 
 
 def test_the_classifier_overrules_the_lists_on_text_like_its_ham_and_loses_no_spam(tmp_path):
-    """Ham examples from the genre a user trains on (1,500 tune rows of the hotel reviews, beside the SMS): a held-out
-    review whose hotel's reply says 欢迎您再次光临惠顾 (惠顾 weighs 2) is rejected by the lists and kept by the veto;
-    no held-out spam SMS is."""
+    """Ham examples from the genre a user trains on (1,500 tune rows of the hotel reviews, beside the SMS), judged
+    on the other tune rows: a review the lists reject (free drinks, 送100元代金券, when written: 1 of the 548 the
+    lists hit) is kept by the veto; no spam SMS is."""
     with open(need_shared(CORPORA / "zh" / "ChnSentiCorp_htl_all.csv"), encoding="utf-8") as f:
         reviews = [r["review"] for r in csv.DictReader(f)]
-    examples, zh = sms_examples(tmp_path, ham=reviews[0::2][:1500])
+    tune_reviews = reviews[0::2]
+    examples, judged = sms_examples(tmp_path, ham=tune_reviews[0::2][:1500])
     rule = DirtyRule(DirtySettings(classifier_examples=[str(examples)]))
     cv = rule.classifiers["zh"].cv
-    assert 0 < cv.veto_threshold <= cv.threshold and cv.veto_spam_lost == 0  # 59 spam examples: none may be lost
-    held = [(False, t) for t in reviews[1::2] if rule.hits(t)] + zh[1::2]  # a review without a hit is no question
+    assert 0 < cv.veto_threshold <= cv.threshold and cv.veto_spam_lost == 0  # 31 spam examples: none may be lost
+    held = [(False, t) for t in tune_reviews[1::2] if rule.hits(t)] + judged  # a review without a hit is no question
     outcomes = [(s, t, judge(rule, t)) for s, t in held]
     overruled = [(s, t, o) for s, t, o in outcomes if "dirty.overruled" in o.scores]
-    assert overruled and not any(s for s, _, _ in overruled)  # no held-out spam kept by the veto
-    assert any("光临惠顾" in t for _, t, _ in overruled)
+    assert overruled and not any(s for s, _, _ in overruled)  # no spam kept by the veto
     for _, t, outcome in overruled:
         text = normalize_text(t)[0]
         assert outcome.failure is None

@@ -1,4 +1,4 @@
-"""The learned spam classifier of the dirty rule: file format, one model per channel, held-out quality on real SMS."""
+"""The learned spam classifier of the dirty rule: file format, one model per channel, quality on real SMS."""
 import csv
 
 import pytest
@@ -39,22 +39,35 @@ def sms_rows():
     return zh, en
 
 
-def test_one_model_per_channel_and_held_out_quality_on_real_sms(tmp_path):
+def same_text(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def test_one_model_per_channel_and_quality_on_real_sms_it_did_not_learn(tmp_path):
+    """Tune rows only (even rows: the odd ones are the benchmark's held-out half): the model learns from every
+    other tune row and is judged on the rest, less any copy of a row it learned from. Figures when written:
+    zh 15 of 28 spam (53.6%, from 27 spam examples) and 0 of 246 ham; en 152 of 168 spam (90.5%) and 6 of
+    1,154 ham (0.52%)."""
     zh, en = sms_rows()
+    tune = {"zh": zh[0::2], "en": en[0::2]}
+    learned = tune["zh"][0::2] + tune["en"][0::2]
     examples = tmp_path / "tune.tsv"
-    examples.write_text("".join(f"{int(s)}\t{' '.join(t.split())}\n" for s, t in zh[0::2] + en[0::2]), encoding="utf-8")
+    examples.write_text("".join(f"{int(s)}\t{' '.join(t.split())}\n" for s, t in learned), encoding="utf-8")
     models = channel_models(read_examples(str(examples)))
     assert {"zh", "en"} <= set(models)  # English examples outnumber Chinese 5:1; pooled, they flag Chinese ham
     assert all(m.cv.veto_threshold == 0 for m in models.values())  # no veto budget (null): no veto
     rule = DirtyRule(DirtySettings(classifier_examples=[str(examples)], min_score=1e9))  # the classifier alone
-    for rows in (zh[1::2], en[1::2]):
-        spam = [judge(rule, t) for s, t in rows if s]
-        ham = [judge(rule, t) for s, t in rows if not s]
-        # held-out halves: 83.6% of zh (scope 'evidence') and 94.2% of en (scope 'all') spam at 0.4% / 0.5% of
-        # ham when this was written
-        assert sum(f is not None for f in spam) / len(spam) >= 0.80
-        assert sum(f is not None for f in ham) / len(ham) <= 0.02
-    failure = next(f for f in (judge(rule, t) for s, t in zh[1::2] if s) if f is not None)
+    seen = {same_text(t) for _, t in learned}
+    floors = {"zh": (0.50, 0.005), "en": (0.88, 0.01)}  # spam removed at least, ham removed at most
+    for channel, rows in tune.items():
+        judged = [(s, judge(rule, t)) for s, t in rows[1::2] if same_text(t) not in seen]
+        spam = [f for s, f in judged if s]
+        ham = [f for s, f in judged if not s]
+        assert len(spam) >= 25 and len(ham) >= 200
+        assert sum(f is not None for f in spam) / len(spam) >= floors[channel][0], channel
+        assert sum(f is not None for f in ham) / len(ham) <= floors[channel][1], channel
+    zh_spam = [t for s, t in tune["zh"][1::2] if s]
+    failure = next(f for f in (judge(rule, t) for t in zh_spam) if f is not None)
     assert (failure.rule, failure.reason) == ("dirty", "spam_classifier")
 
 

@@ -30,6 +30,13 @@ def load_secrets() -> None:
         os.environ.update(json.loads(Path(path).read_text(encoding="utf-8")))
 
 
+def forget_secrets() -> None:
+    """Remove the secrets file once every rank has read it (called by rank 0 after a barrier)."""
+    path = os.environ.get(SECRETS_ENV)
+    if path:
+        Path(path).unlink(missing_ok=True)
+
+
 def append_jsonl(path: Path, record: dict) -> None:
     record = {"time": round(time.time(), 3), **record}
     with open(path, "a", encoding="utf-8") as f:

@@ -49,7 +49,7 @@ from model.safe_load import force_weights_only
 from model.spec import Spec, TrainSpec
 from model.checkpoint import latest_complete
 from model.protocol import (EVENTS_FILE, EXIT_ANOMALY, EXIT_CONFIG, EXIT_DONE, EXIT_STOPPED, EXIT_UNSAVED, METRICS_FILE,
-                            MIRROR_URL_ENV, load_secrets)
+                            MIRROR_URL_ENV, forget_secrets, load_secrets)
 from model.staging import StagingError, stage_tokens, staged_path
 from model.steps import PendingStep, agree, grad_norms, reduce_stats, step_metrics, train_step
 from model.straggler import StragglerWatch, rank_figures
@@ -375,6 +375,9 @@ def train(spec: Spec) -> int:
     deepspeed.init_distributed(dist_backend="gloo" if t.accelerator == "cpu" else "nccl",
                                timeout=datetime.timedelta(minutes=t.timeout_minutes))
     comm = Comm.current()
+    comm.barrier()  # every rank has read the secrets file (main, before the spec): it need not outlive this
+    if comm.rank == 0:
+        forget_secrets()
     # watched from here: loading data, building the model, resuming and compiling count against the first step
     watch = HangWatch(spec.out_dir, comm.rank, comm.world, t.hang_timeout_s, t.slow_phase_timeout_s,
                       first_step_timeout_s=t.first_step_timeout_s)

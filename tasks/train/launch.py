@@ -89,8 +89,9 @@ def secrets_for_ranks(env: dict[str, str], mirror_url: str | None,
                       out_dir: Path) -> Iterator[tuple[dict[str, str], Callable[[str], str]]]:
     """(the launch environment without the ranks' secrets, a function masking them in the launch's output).
 
-    The secrets go to <out_dir>/.secrets.json, readable by the user only, for as long as the launch runs; the ranks
-    read it (model.protocol.load_secrets). So no password is on a command line (DeepSpeed's pdsh exports, `env K=V`
+    The secrets go to <out_dir>/.secrets.json, readable by the user only, until every rank has read it (rank 0
+    removes it then, model.protocol.forget_secrets, so a killed orchestrator leaves none behind) or the launch
+    ends; a file an earlier launch left is removed first. So no password is on a command line (DeepSpeed's pdsh exports, `env K=V`
     through ssh), in `ps`, in launcher.log or in the Prefect logs.
     """
     secrets = {k: v for k, v in env.items() if k.startswith(RANK_SECRET_PREFIXES) and is_secret(k, v)}
@@ -101,10 +102,11 @@ def secrets_for_ranks(env: dict[str, str], mirror_url: str | None,
     def clean(line: str) -> str:
         return scrub(line, values)
 
+    path = Path(out_dir) / SECRETS_FILE
+    path.unlink(missing_ok=True)
     if not secrets:
         yield env, clean
         return
-    path = Path(out_dir) / SECRETS_FILE
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.fchmod(fd, 0o600)  # an older file of other permissions keeps them through O_TRUNC
     with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -130,7 +132,9 @@ def on_node(node_command: list[str], host: str, cmd: list[str], env: dict[str, s
     so a value with a space, '&' or '?' (a PostgreSQL URI) arrives as it left."""
     if not node_command:
         return cmd
-    exports = [f"{k}={v}" for k, v in sorted(propagated_env(env).items())]
+    # a secret never goes on a command line (`ps` on both hosts shows it): the ranks read theirs from the
+    # private file secrets_for_ranks writes, and nothing else started on a node needs one
+    exports = [f"{k}={v}" for k, v in sorted(propagated_env(env).items()) if k == SECRETS_ENV or not is_secret(k, v)]
     remote = ["env", *exports, *cmd]
     if through_shell(node_command, shell):
         remote = [shlex.quote(part) for part in remote]

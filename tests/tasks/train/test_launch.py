@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 import time
+from types import SimpleNamespace
 
 import psutil
 import pytest
@@ -84,14 +85,14 @@ def fake_ssh(folder) -> str:
     """A stand-in for `ssh HOST ARGS...` on this machine, with ssh's own semantics: the arguments after the host are
     joined with spaces into one line, which the (here: local) shell parses again."""
     path = folder / "ssh"
-    path.write_text('#!/bin/sh\nhost="$1"; shift\necho "$host" >> "$0.hosts"\nexec sh -c "$*"\n')
+    path.write_text('#!/bin/sh\nhost="$1"; shift\necho "$host" >> "$0.hosts"\necho "$*" >> "$0.lines"\nexec sh -c "$*"\n')
     path.chmod(0o755)
     return str(path)
 
 
 SHOWS_ENV = [sys.executable, "-c", "import json, os; print(json.dumps({k: os.environ.get(k) for k in "
              "('MLFLOW_TRACKING_URI', 'NCCL_SOCKET_IFNAME', 'PYTHONUNBUFFERED')}))"]
-AWKWARD = {"MLFLOW_TRACKING_URI": "postgresql://mlflow:p&ss word?@db:5432/mlflow?sslmode=require&connect_timeout=10",
+AWKWARD = {"MLFLOW_TRACKING_URI": "postgresql://db:5432/mlflow?sslmode=require&connect_timeout=10&application_name=p &ss?",
            "NCCL_SOCKET_IFNAME": "^lo,docker0", "PYTHONUNBUFFERED": "1", "HOME": "/nowhere"}
 
 
@@ -187,3 +188,26 @@ def test_the_ranks_secrets_travel_in_a_private_file_not_in_the_environment_or_co
             for k, v in saved.items():
                 os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
     assert not path.exists()  # gone when the launch ends
+
+
+def test_nothing_started_on_a_node_carries_a_secret_on_its_command_line(tmp_path):
+    """The master-port probe and the preflight node probes go through on_node with the orchestrator's whole
+    environment: a password there would show in `ps` on both hosts. The fake ssh records every line it gets."""
+    from tasks.train.rendezvous import probe_port
+
+    ssh = fake_ssh(tmp_path)
+    env = {**os.environ, "MLFLOW_TRACKING_PASSWORD": "probe-planted-pw", "NCCL_SOCKET_IFNAME": "lo",
+           "MLFLOW_TRACKING_URI": "postgresql://mlflow:uri-planted-pw@db:5432/mlflow"}
+    train = SimpleNamespace(node_command=[ssh, "{host}"], node_command_shell=None)
+    assert probe_port("node-7", 0, train, env)  # a free port, found through the "ssh" node command
+    lines = (tmp_path / "ssh.lines").read_text()
+    assert "NCCL_SOCKET_IFNAME=lo" in lines and "planted" not in lines
+
+
+def test_a_secrets_file_an_earlier_launch_left_is_removed(tmp_path):
+    from tasks.train.launch import secrets_for_ranks
+
+    stale = tmp_path / ".secrets.json"
+    stale.write_text('{"MLFLOW_TRACKING_PASSWORD": "left-by-a-killed-orchestrator"}')
+    with secrets_for_ranks({"NCCL_IB_HCA": "mlx5"}, None, tmp_path) as (public, _):
+        assert not stale.exists() and "PRETRAIN_SECRETS_FILE" not in public

@@ -37,6 +37,35 @@ class RawDoc:
     channel_hint: str | None
     problem: str | None = None   # set when the record could not yield text
     repaired: str | None = None  # set when bytes had to be replaced to decode
+    size_bytes: int | None = None  # a document too large to read: its size
+
+
+# a document larger than this is never read whole: 4 bytes a character at most, so past 4 x the length rule's
+# max_chars it is too long anyway (a 2 GiB single line once took 4.6 GB and ended in an Arrow error)
+DEFAULT_MAX_DOC_BYTES = 4 * 2_000_000
+SKIP_CHUNK = 1 << 20  # what a line over the cap is read past by
+
+
+@dataclass(frozen=True)
+class Oversized:
+    """A line or file over the size cap, read past in pieces, never held: its size in bytes."""
+    size: int
+
+
+def _too_large(doc_id: str, source: SourceConfig, size: int) -> "RawDoc":
+    return RawDoc(doc_id, "", source.source_name, source.channel_hint, problem="document_too_large", size_bytes=size)
+
+
+def _bounded_lines(f, cap: int) -> Iterator[bytes | Oversized]:
+    """The lines of a binary stream, none held past cap bytes: a longer one is skipped in pieces, as Oversized."""
+    while line := f.readline(cap + 1):
+        if len(line) <= cap or line.endswith(b"\n") and len(line) == cap + 1:
+            yield line
+            continue
+        size = len(line)
+        while not line.endswith(b"\n") and (line := f.readline(SKIP_CHUNK)):
+            size += len(line)
+        yield Oversized(size - line.endswith(b"\n"))
 
 
 @dataclass
@@ -137,17 +166,21 @@ def _record_doc(record: object, source: SourceConfig, fallback_id: str) -> RawDo
     return RawDoc(doc_id, text, name, hint)
 
 
-def _read_json(stream: io.BufferedIOBase, source: SourceConfig, path: str) -> Iterator[RawDoc]:
+def _read_json(stream, source: SourceConfig, path: str, cap: int) -> Iterator[RawDoc]:
     """JSON Lines, or one JSON array of records (a .json export): the first byte that is not blank decides."""
     first = b""
-    lines = iter(stream)
+    lines = _bounded_lines(stream, cap) if hasattr(stream, "readline") else iter(stream)
     for first in lines:
-        if first.strip():
+        if isinstance(first, Oversized) or first.strip():
             break
-    if not starts_json_array(first):
+    if isinstance(first, Oversized) or not starts_json_array(first):
         yield from _read_jsonl(itertools.chain([first], lines), source, path)
         return
-    raw = first + b"".join(lines)  # an array is parsed whole: it has no line boundaries to stream by
+    rest = list(lines)
+    if any(isinstance(line, Oversized) for line in rest):
+        yield _too_large(path, source, len(first) + sum(x.size if isinstance(x, Oversized) else len(x) for x in rest))
+        return
+    raw = first + b"".join(rest)  # an array is parsed whole: it has no line boundaries to stream by
     text, repaired = _decode(raw)
     try:
         records = json.loads(text)
@@ -162,10 +195,13 @@ def _read_json(stream: io.BufferedIOBase, source: SourceConfig, path: str) -> It
 
 def _read_jsonl(stream, source: SourceConfig, path: str) -> Iterator[RawDoc]:
     for lineno, raw in enumerate(stream, start=1):
+        fallback = f"{path}:{lineno}"
+        if isinstance(raw, Oversized):
+            yield _too_large(fallback, source, raw.size)
+            continue
         if not raw.strip():
             continue
         line, repaired = _decode(raw)
-        fallback = f"{path}:{lineno}"
         try:
             record = json.loads(line)
         except json.JSONDecodeError:
@@ -190,13 +226,14 @@ def _read_parquet(f, source: SourceConfig, path: str) -> Iterator[RawDoc]:
             row += 1
 
 
-def _zstd_lines(f, chunk_size: int = 1 << 20) -> Iterator[bytes]:
-    """Lines of a (multi-frame) zstd stream; raises EOFError when it ends mid-frame.
+def _zstd_lines(f, cap: int = DEFAULT_MAX_DOC_BYTES, chunk_size: int = 1 << 20) -> Iterator[bytes | Oversized]:
+    """Lines of a (multi-frame) zstd stream, none held past cap bytes (Oversized instead); raises EOFError when it
+    ends mid-frame.
 
     zstandard's stream_reader returns a truncated stream as a short one without
     error, which would lose documents silently.
     """
-    dobj, pending, frame_open = zstandard.ZstdDecompressor().decompressobj(), b"", False
+    dobj, pending, frame_open, skipped = zstandard.ZstdDecompressor().decompressobj(), b"", False, 0
     while chunk := f.read(chunk_size):
         while chunk:
             pending += dobj.decompress(chunk)
@@ -206,11 +243,17 @@ def _zstd_lines(f, chunk_size: int = 1 << 20) -> Iterator[bytes]:
                 dobj = zstandard.ZstdDecompressor().decompressobj()
         *lines, pending = pending.split(b"\n")
         for line in lines:
-            yield line + b"\n"
+            if skipped:
+                yield Oversized(skipped + len(line))
+                skipped = 0
+            else:
+                yield line + b"\n" if len(line) <= cap else Oversized(len(line))
+        if len(pending) > cap:  # a line longer than the cap: count it, do not keep it
+            skipped, pending = skipped + len(pending), b""
     if frame_open:
         raise EOFError("zstd stream ends in the middle of a frame (truncated file)")
-    if pending:
-        yield pending
+    if skipped or pending:
+        yield Oversized(skipped + len(pending)) if skipped or len(pending) > cap else pending
 
 
 def _read_delimited(f, source: SourceConfig, path: str, delimiter: str) -> Iterator[RawDoc]:
@@ -231,31 +274,43 @@ def _read_delimited(f, source: SourceConfig, path: str, delimiter: str) -> Itera
         yield _record_doc(dict(zip(header, row)), source, f"{path}:{rowno}")
 
 
-def _read_text(f, source: SourceConfig, path: str) -> Iterator[RawDoc]:
+def _read_text(f, source: SourceConfig, path: str, cap: int) -> Iterator[RawDoc]:
     if source.text_unit == "file":
-        text, repaired = _decode(f.read())
+        data = f.read(cap + 1)
+        if len(data) > cap:
+            size = len(data)
+            while chunk := f.read(SKIP_CHUNK):
+                size += len(chunk)
+            yield _too_large(path, source, size)
+            return
+        text, repaired = _decode(data)
         yield RawDoc(path, text, source.source_name, source.channel_hint,
                      repaired="replaced_undecodable_bytes" if repaired else None)
         return
-    for lineno, raw in enumerate(f, start=1):
+    for lineno, raw in enumerate(_bounded_lines(f, cap), start=1):
+        if isinstance(raw, Oversized):
+            yield _too_large(f"{path}:{lineno}", source, raw.size)
+            continue
         text, repaired = _decode(raw.rstrip(b"\r\n"))
         if text.strip():
             yield RawDoc(f"{path}:{lineno}", text, source.source_name, source.channel_hint,
                          repaired="replaced_undecodable_bytes" if repaired else None)
 
 
-def read_file(fs: fsspec.AbstractFileSystem, path: str, source: SourceConfig) -> Iterator[RawDoc]:
+def read_file(fs: fsspec.AbstractFileSystem, path: str, source: SourceConfig,
+              cap: int = DEFAULT_MAX_DOC_BYTES) -> Iterator[RawDoc]:
+    """The documents of one file; a document over `cap` bytes is a document_too_large problem, never read whole."""
     with fs.open(path, "rb") as f:
         fmt = file_format(f, path, source.format)
         if fmt == "jsonl.gz":
             with gzip.open(f) as gz:
-                yield from _read_json(gz, source, path)
+                yield from _read_json(gz, source, path, cap)
         elif fmt == "jsonl.zst":
-            yield from _read_json(_zstd_lines(f), source, path)
+            yield from _read_json(_zstd_lines(f, cap), source, path, cap)
         elif fmt in ("csv", "tsv"):
             yield from _read_delimited(f, source, path, "," if fmt == "csv" else "\t")
         elif fmt == "jsonl":
-            yield from _read_json(f, source, path)
+            yield from _read_json(f, source, path, cap)
         elif fmt == "parquet":
             yield from _read_parquet(f, source, path)
         elif fmt in ("warc", "warc.gz"):
@@ -264,9 +319,9 @@ def read_file(fs: fsspec.AbstractFileSystem, path: str, source: SourceConfig) ->
                 gzipped=path.endswith(".gz") or fmt == "warc.gz")
         elif fmt == "text.gz":
             with gzip.open(f) as gz:
-                yield from _read_text(gz, source, path)
+                yield from _read_text(gz, source, path, cap)
         else:
-            yield from _read_text(f, source, path)
+            yield from _read_text(f, source, path, cap)
 
 
 def source_root(source: SourceConfig) -> str | None:
@@ -295,14 +350,15 @@ def refusal(path: str, source: SourceConfig, root: str | None) -> str | None:
     return None
 
 
-def iter_source(source: SourceConfig, unreadable: list[UnreadableFile]) -> Iterator[RawDoc]:
+def iter_source(source: SourceConfig, unreadable: list[UnreadableFile],
+                cap: int = DEFAULT_MAX_DOC_BYTES) -> Iterator[RawDoc]:
     """All documents of one source; files that break mid-read are appended to `unreadable`."""
     fs, files = expand_source(source)
-    yield from iter_files(fs, files, source, unreadable)
+    yield from iter_files(fs, files, source, unreadable, cap)
 
 
 def iter_files(fs: fsspec.AbstractFileSystem, paths, source: SourceConfig,
-               unreadable: list[UnreadableFile]) -> Iterator[RawDoc]:
+               unreadable: list[UnreadableFile], cap: int = DEFAULT_MAX_DOC_BYTES) -> Iterator[RawDoc]:
     """Documents of the given files of one source; a file that breaks is appended to `unreadable`.
 
     Documents read from a file before it broke are kept (they are real text),
@@ -315,7 +371,7 @@ def iter_files(fs: fsspec.AbstractFileSystem, paths, source: SourceConfig,
             unreadable.append(UnreadableFile(path, reason, 0))
             continue
         try:
-            for doc in read_file(fs, path, source):
+            for doc in read_file(fs, path, source, cap):
                 count += 1
                 yield doc
         except SourceError:

@@ -145,7 +145,8 @@ def clean_shard(cfg: CleanConfig, spec: ShardSpec, work_dir: Path) -> dict:
     tally = Tally(cfg.reject_samples_per_reason)
     kept_rows, reject_rows, unreadable = [], [], []
     docs, repairs = 0, {}
-    for raw in iter_files(source_fs(source), spec.paths, source, unreadable):
+    cap = 4 * cfg.rules.length.max_chars  # bytes: a document past it is too long, so never read whole
+    for raw in iter_files(source_fs(source), spec.paths, source, unreadable, cap):
         docs += 1
         judge_into(cleaner, hasher, cfg, raw, kept_rows, reject_rows, tally, repairs)
     with staged_output(out) as tmp:

@@ -69,7 +69,7 @@ class Cleaner:
 
     def judge(self, raw: RawDoc) -> Verdict:
         if raw.problem:
-            return Verdict(raw.text, "other", Failure("input", raw.problem, 0.0), [], {}, [])
+            return Verdict(raw.text, "other", Failure("input", raw.problem, float(raw.size_bytes or 0)), [], {}, [])
         length = self.cfg.rules.length
         if length.mode == "drop" and len(raw.text) > length.max_chars:
             # judged on the raw text: normalizing a 50 MB line first would cost seconds for nothing

@@ -107,7 +107,7 @@ def test_fifty_megabyte_single_line_is_judged_not_fatal(tmp_path):
     with open(path, "w") as f:
         f.write(json.dumps({"text": "spam " * 10_000_000}) + "\n")
     m = run_clean(CleanConfig(sources=[SourceConfig(path=str(path))]), tmp_path / "clean")
-    assert m["docs_in"] == 1 and m["rejected_by_reason"] == {"too_long": 1}
+    assert m["docs_in"] == 1 and m["rejected_by_reason"] == {"document_too_large": 1}  # 50 MB > 4 x 2M chars
 
 
 RECORDS = [{"id": "a1", "text": "第一篇文章的正文。"}, {"id": "a2", "text": "The second article's body."}]
@@ -145,3 +145,54 @@ def test_a_broken_gzip_without_a_suffix_is_named_unreadable(tmp_path):
     (tmp_path / "dump").write_bytes(b"\x1f\x8b\x08\x00garbage that is not deflate")
     docs, unreadable = read_all(SourceConfig(path=str(tmp_path / "dump")))
     assert docs == [] and len(unreadable) == 1 and unreadable[0].path.endswith("dump")
+
+
+def test_a_line_over_the_cap_is_named_and_skipped_without_being_held(tmp_path):
+    import tracemalloc
+
+    path = tmp_path / "one-line.txt"
+    with open(path, "wb") as f:
+        f.write(b"first line of text\n")
+        for _ in range(64):
+            f.write(b"x" * (1 << 20))  # one 64 MiB line, no newline until the end
+        f.write(b"\nlast line of text\n")
+    tracemalloc.start()
+    docs = list(iter_source(SourceConfig(path=str(path), text_unit="line"), [], cap=4000))
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert [(d.doc_id.rsplit(":", 1)[1], d.problem, d.size_bytes) for d in docs] == [
+        ("1", None, None), ("2", "document_too_large", 64 << 20), ("3", None, None)]
+    assert docs[2].text == "last line of text"
+    assert peak < 8 << 20  # read past in 1 MiB pieces: never the 64 MiB line
+
+
+@pytest.mark.parametrize("name,unit", [("big.jsonl", "line"), ("big.jsonl.zst", "line"), ("big.txt", "file")])
+def test_every_reader_caps_a_document_and_keeps_the_rest(tmp_path, name, unit):
+    import zstandard
+
+    lines = [json.dumps({"text": "small one"}), json.dumps({"text": "y" * 100_000}), json.dumps({"text": "small two"})]
+    data = ("\n".join(lines) + "\n").encode()
+    path = tmp_path / name
+    path.write_bytes(zstandard.ZstdCompressor().compress(data) if name.endswith(".zst") else data)
+    docs = list(iter_source(SourceConfig(path=str(path), text_unit=unit), [], cap=4000))
+    if unit == "file":
+        assert [(d.problem, d.size_bytes) for d in docs] == [("document_too_large", len(data))]
+    else:
+        assert [(d.problem, d.size_bytes) for d in docs] == [
+            (None, None), ("document_too_large", len(lines[1])), (None, None)]
+
+
+def test_the_clean_stage_rejects_a_document_too_large_to_read_naming_file_and_line(tmp_path):
+    from pretrain.config import CleanConfig
+    from tasks.clean.stage import run_clean
+
+    path = tmp_path / "dump.txt"
+    path.write_bytes(b"A normal paragraph about the weather and the river in spring, long enough.\n"
+                     + b"z" * 5_000_000 + b"\n")
+    cfg = CleanConfig.model_validate({"sources": [{"path": str(path), "text_unit": "line"}],
+                                      "rules": {"length": {"max_chars": 1000}}})
+    m = run_clean(cfg, tmp_path / "clean")
+    assert m["docs_in"] == 2 == m["kept"] + m["rejected"] and m["rejected_by_reason"]["document_too_large"] == 1
+    rejects = pq.read_table(tmp_path / "clean" / "rejects").to_pylist()
+    [big] = [r for r in rejects if r["reason"] == "document_too_large"]
+    assert big["id"].endswith("dump.txt:2") and big["rule"] == "input" and big["score"] == 5_000_000

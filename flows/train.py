@@ -25,6 +25,7 @@ from tasks.train.comm_plan import PLAN_FILE, plan_tags
 from tasks.train.export import export_run_checkpoint
 from tasks.train.ledger import ledger_rows
 from tasks.train.loss_plot import loss_plot
+from tasks.train.mirror_status import mirror_status, mirror_warning
 from tasks.train.monitored import roll_back, run_monitored
 from tasks.train.recovery import Decision
 from tasks.train.skipped import skipped_data_report
@@ -130,6 +131,10 @@ def finish(run: StageRun, result: dict) -> None:
     if run.cfg.train.export_hf and result["latest_checkpoint"]:
         result["hf_export"] = export_task(str(out), str(run.dir("tokenizer")), result["latest_checkpoint"])["export_dir"]
         run.set_tag("hf_export", result["hf_export"])
+    mirror = mirror_status(out)
+    if mirror is not None:
+        result["mirror"] = mirror
+        run.set_tags({"mirror.ok": str(mirror["ok"]).lower(), "mirror.failed": str(len(mirror["failed"]))})
     write_json(out / "result.json", result)
     loss_plot(out, out / "loss.png")
     ledger = ledger_rows(out / METRICS_FILE)
@@ -137,7 +142,10 @@ def finish(run: StageRun, result: dict) -> None:
     run.log_files(out, OUTPUTS, "train", missing_ok=True)  # recovery.jsonl only after a recovery
     if ledger:
         table_artifact(run, "train-ledger", ledger, "Tokens trained per data pool and mixture phase")
-    markdown_artifact(run, "train", f"Training finished at step {result['latest_step']}.\n\n"
+    if warning := mirror_warning(mirror):
+        get_run_logger().warning(warning)
+    markdown_artifact(run, "train", (f"**{warning}**\n\n" if warning else "")
+                      + f"Training finished at step {result['latest_step']}.\n\n"
                       f"Final checkpoint: `{result['checkpoint_dir']}/{result['latest_checkpoint']}`"
                       + (f"\n\nHugging Face export: `{result['hf_export']}`" if result.get("hf_export") else ""),
                       "Training result")

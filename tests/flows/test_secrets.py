@@ -67,6 +67,8 @@ def test_planted_secrets_are_nowhere_in_what_a_run_leaves(prepared_run, tmp_path
     events = read_jsonl(root / "train" / "events.jsonl")
     [failed] = [e for e in events if e["event"] == "mirror_failed"]  # unreachable: reported, training went on
     assert failed["url"].startswith("ftp://backup:***@127.0.0.1")
+    assert result["mirror"]["failed"] == ["step_00000002"] and not result["mirror"]["ok"]  # said, not only logged
+    assert '"mirror"' in (root / "train" / "result.json").read_text()
     assert any("ssh" in line and "deepspeed" in line for line in sampler.seen)  # the sampler saw the launch
     config_file = tmp_path / "train.yaml"  # the user's own input
     leaks = [str(p) for p in tmp_path.rglob("*") if p.is_file() and p != config_file

@@ -174,6 +174,9 @@ def status_command(cfg, as_json: bool) -> int:
         return 0
     for r in rows:
         print(f"{r['stage']:<10} {r['state']:<16} {r['expected'] or '':<17} {r['why']}")
+    for r in rows:
+        if r.get("warning"):
+            print(r["warning"])
     return 0
 
 

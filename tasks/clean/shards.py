@@ -38,6 +38,7 @@ class ShardSpec:
     paths: tuple[str, ...]  # consecutive files of one source, up to clean.shard_max_mb together
     fingerprint: str
     settings: str           # settings_hash of the plan: the same for every shard of a run
+    files: str = ""         # the files alone (paths, sizes, modification times): what changed outside the config
 
 
 def settings_hash(cfg: CleanConfig) -> str:
@@ -99,7 +100,8 @@ def plan_shards(cfg: CleanConfig) -> list[ShardSpec]:
 def _spec(index: int, source_index: int, source: SourceConfig, group: list[tuple[str, int, str]], settings: str) -> ShardSpec:
     stamp = json.dumps([source.model_dump(), group, settings])
     return ShardSpec(index, f"{index:06d}", source_index, tuple(p for p, _, _ in group),
-                     hashlib.sha256(stamp.encode()).hexdigest()[:16], settings)
+                     hashlib.sha256(stamp.encode()).hexdigest()[:16], settings,
+                     hashlib.sha256(json.dumps(group).encode()).hexdigest()[:16])
 
 
 @lru_cache(maxsize=2)

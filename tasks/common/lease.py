@@ -21,6 +21,10 @@ from typing import Iterator
 
 HEARTBEAT_S = 10.0
 STALE_S = 90.0
+# the stages that read a stage's output while they run: rewriting it under them (a tokenize run replacing the
+# shards a training has memory-mapped) corrupts their run, so the writer waits until they are done
+READERS = {"clean": ("tokenizer", "tokenize"), "tokenizer": ("tokenize", "preflight", "train"),
+           "tokenize": ("preflight", "train")}
 
 
 class LeaseHeld(RuntimeError):
@@ -82,7 +86,19 @@ def _take_over(path: Path, held: dict) -> bool:
     return True
 
 
+def refuse_under_readers(run_root: Path, stage: str, stale_s: float) -> None:
+    """LeaseHeld when a live run of a stage that reads this stage's output holds its lease."""
+    for reader in READERS.get(stage, ()):
+        held = _read(lease_path(run_root, reader))
+        if held and not _holder_gone(held, stale_s):
+            raise LeaseHeld(f"{run_root}: the {stage} stage would rewrite what its {reader} stage is reading: that "
+                            f"stage is being run by pid {held.get('pid')} on {held.get('host')} (lease "
+                            f"{lease_path(run_root, reader)}). Wait for it to finish or stop it first, or write "
+                            f"to another run_root")
+
+
 def acquire(run_root: Path, stage: str, stale_s: float = STALE_S) -> dict:
+    refuse_under_readers(run_root, stage, stale_s)
     path = lease_path(run_root, stage)
     path.parent.mkdir(parents=True, exist_ok=True)
     record = _record(stage)

@@ -84,9 +84,10 @@ def section_fields(cfg: PipelineConfig, path: str) -> dict:
 def outside_inputs(cfg: PipelineConfig, stage: str) -> list:
     if stage != "clean" or cfg.clean is None:
         return []
-    from tasks.clean.shards import plan_shards
+    from tasks.clean.shards import plan_shards, rule_file_stamps
 
-    return [spec.fingerprint for spec in plan_shards(cfg.clean)]
+    # the files alone: a changed setting is already a changed field, and must not read as changed input files
+    return [spec.files for spec in plan_shards(cfg.clean)] + [rule_file_stamps(cfg.clean)]
 
 
 def git(*args: str) -> str | None:
@@ -200,6 +201,22 @@ def stage_state(cfg: PipelineConfig, stage: str, want: StageVersion) -> tuple[st
     return "would rerun", why_rerun(recorded, want), recorded
 
 
+def checkpoints_lost(cfg: PipelineConfig, rows: dict) -> str | None:
+    """What a rerun of the data stages would cost the training: its checkpoints are tied to the dataset version,
+    and a rerun of tokenize (or of a stage before it) makes a new one, so none of them would resume."""
+    rerun = [s for s in ("clean", "tokenizer", "tokenize") if rows[s]["state"] == "would rerun"]
+    if not rerun:
+        return None
+    from model.checkpoint import complete_tags
+
+    tags = complete_tags(cfg.run_root_path() / "train" / "checkpoints")
+    if not tags:
+        return None
+    return (f"WARNING: rerunning {', '.join(rerun)} makes a new dataset version: the {len(tags)} checkpoint(s) under "
+            f"train/checkpoints (newest {tags[-1]}) will not resume from it; restore the settings above, or run the "
+            f"change on a new run_root")
+
+
 def status(cfg: PipelineConfig, expected: dict[str, StageVersion] | None = None) -> list[dict]:
     """Per stage: up to date / would rerun / missing, the versions (expected: already computed), and why;
     preflight runs when training does."""
@@ -208,6 +225,8 @@ def status(cfg: PipelineConfig, expected: dict[str, StageVersion] | None = None)
         state, why, recorded = stage_state(cfg, stage, want)
         rows[stage] = {"stage": stage, "state": state, "recorded": recorded.version if recorded else "",
                        "expected": want.version, "why": "; ".join(why)}
+    if warning := checkpoints_lost(cfg, rows):
+        rows["train"]["warning"] = warning
     train_current = rows["train"]["state"] == "up to date"
     rows["preflight"] = {"stage": "preflight", "state": "not needed" if train_current else "will run", "recorded": "",
                          "expected": "", "why": "it gates training, and training is up to date" if train_current

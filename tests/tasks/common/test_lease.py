@@ -20,7 +20,7 @@ def test_a_second_run_of_a_stage_is_refused_while_the_first_holds_it(tmp_path):
         with pytest.raises(LeaseHeld, match=rf"its tokenize stage is being run by pid {os.getpid()} on "
                                             rf"{socket.gethostname()} .*Wait for that run to finish"):
             acquire(tmp_path, "tokenize")
-        with lease(tmp_path, "clean"):  # another stage of the same run root is not blocked
+        with lease(tmp_path, "train"):  # another stage of the same run root, not one that reads tokens, goes on
             pass
     assert not lease_path(tmp_path, "tokenize").exists()
     with lease(tmp_path, "tokenize"):  # released: the next run gets it
@@ -70,3 +70,21 @@ def test_the_cli_refuses_a_stage_another_run_is_running_on_the_run_root(tmp_path
                               env={**os.environ, "PREFECT_HOME": str(home)})
     assert proc.returncode == 1 and "its clean stage is being run by pid" in proc.stderr
     assert not (tmp_path / "run" / "clean").exists() and not (tmp_path / "run" / "clean.shards").exists()
+    with lease(tmp_path / "run", "train"):  # a training reads the tokens: `pretrain tokenize` must not replace them
+        proc = subprocess.run([sys.executable, "-m", "pretrain.cli", "tokenize", "--config", str(config)], cwd=ROOT,
+                              capture_output=True, text=True, timeout=600,
+                              env={**os.environ, "PREFECT_HOME": str(home)})
+    assert proc.returncode == 1 and "would rewrite what its train stage is reading" in proc.stderr
+    assert not (tmp_path / "run" / "tokens").exists()
+
+
+def test_a_stage_is_refused_while_a_stage_reading_its_output_runs(tmp_path):
+    with lease(tmp_path, "train"):
+        with pytest.raises(LeaseHeld, match=r"the tokenize stage would rewrite what its train stage is reading"):
+            acquire(tmp_path, "tokenize")
+        with pytest.raises(LeaseHeld, match=r"the tokenizer stage would rewrite what its train stage"):
+            acquire(tmp_path, "tokenizer")
+        with lease(tmp_path, "clean"):  # nothing of the clean stage's output is read by training
+            pass
+    with lease(tmp_path, "tokenize"):  # training over: tokenize may run
+        pass

@@ -1,4 +1,5 @@
 """Stage versions: what counts, what reruns and why, and the record a stage leaves."""
+import json
 import shutil
 
 import pytest
@@ -144,3 +145,23 @@ def test_a_password_in_a_source_url_stays_out_of_the_version_record(tmp_path):
     fields = section_fields(parse_config(data), "clean")  # (the full version would list the remote source)
     assert fields["clean.sources[2].path"] == "https://reader:***@example.org/corpus.jsonl"
     assert "hunter2-secret" not in repr(fields)
+
+
+def test_a_changed_rule_is_named_alone_not_as_changed_input_files(tmp_path):
+    base = parse_config(tiny_dict(tmp_path / "run"))
+    changed = tiny_dict(tmp_path / "run")
+    changed["clean"].setdefault("rules", {}).setdefault("length", {})["min_chars"] = 60
+    before, after = expected_versions(base)["clean"], expected_versions(parse_config(changed))["clean"]
+    assert why_rerun(before, after) == ["clean.rules.length.min_chars: 40 -> 60"]
+
+
+def test_status_warns_that_rerunning_tokenize_strands_the_checkpoints(recorded_run, tmp_path):
+    from model.checkpoint import COMPLETE
+
+    tag = tmp_path / "run" / "train" / "checkpoints" / "step_00000040"
+    tag.mkdir(parents=True)
+    (tag / COMPLETE).write_text(json.dumps({"step": 40, "tag": "step_00000040"}))
+    assert "warning" not in {r["stage"]: r for r in status(recorded_run)}["train"]  # nothing reruns: no warning
+    rows = {r["stage"]: r for r in status(with_changes(tmp_path, tokenize={"shard_max_tokens": 100_000}))}
+    assert rows["train"]["warning"].startswith("WARNING: rerunning tokenize makes a new dataset version: the 1 ")
+    assert "step_00000040" in rows["train"]["warning"]

@@ -223,3 +223,45 @@ def test_a_run_root_with_quotes_and_corpus_links_out_or_to_nothing_clean_safely(
                    root / "tokens" / "rule_tokens.parquet")
     table = rule_table(root / "clean", root / "tokens")
     assert [r["tokens"] for r in table if (r["rule"], r["reason"]) == (row["rule"], row["reason"])] == [7]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stage", ["clean", "tokenize"])
+def test_ctrl_c_during_a_pool_stage_ends_the_run_and_its_workers(tmp_path, migrated_prefect_db, stage):
+    """Ctrl-C at a terminal sends SIGINT to the whole foreground process group: the CLI, its server and the pool's
+    workers. The run must end within a minute, leaving nothing running, instead of waiting on workers."""
+    import signal
+    import time
+
+    import psutil
+
+    from tests.conftest import CORPORA, need_shared
+
+    data = tiny_dict(tmp_path / "run")
+    data["clean"]["sources"] = [{"path": str(need_shared(CORPORA / "en" / "ag_news_test.csv")),
+                                 "columns": ["label", "title", "text"], "name": "ag"},
+                                {"path": str(CORPORA / "zh" / "cnews.val.txt"), "format": "tsv",
+                                 "columns": ["label", "text"], "name": "zh"}]
+    data["clean"]["shard_max_mb"] = 0.5  # many shards: the workers are busy when Ctrl-C comes
+    data["clean"]["executor"] = {"kind": "process", "workers": 2}
+    home = prefect_home(tmp_path / "prefect-home", migrated_prefect_db)
+    proc = subprocess.Popen([sys.executable, "-m", "pretrain.cli", "run", "--config", write(tmp_path, data)],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PREFECT_HOME": str(home)}, start_new_session=True)
+    deadline = time.time() + 300
+    while stage == "tokenize" and not (tmp_path / "run" / "tokenizer" / "_SUCCESS").is_file():
+        assert proc.poll() is None and time.time() < deadline
+        time.sleep(0.2)
+    while len([p for p in descendants(proc.pid) if not is_prefect_server(p)]) < 2:  # the pool's workers are up
+        assert proc.poll() is None and time.time() < deadline
+        time.sleep(0.2)
+    family = [psutil.Process(proc.pid), *descendants(proc.pid)]
+    os.killpg(proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail("the run did not end within 60 s of Ctrl-C")
+    assert proc.returncode != 0 and "Traceback" not in err.splitlines()[-1:]
+    _, alive = psutil.wait_procs(family, timeout=30)
+    assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE], [p.cmdline() for p in alive]

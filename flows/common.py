@@ -86,6 +86,8 @@ def tracking_target(cfg: PipelineConfig) -> tuple[Path, str, str]:
     root = cfg.run_root_path()
     root.mkdir(parents=True, exist_ok=True)
     uri = tracking.tracking_uri(cfg)
+    if problem := tracking.unreachable(uri):  # in seconds, before MLflow's client retries for minutes
+        raise RuntimeError(problem)
     return root, uri, tracking.experiment_id(uri, cfg.tracking.experiment, root / "mlartifacts")
 
 

@@ -27,6 +27,31 @@ def tracking_uri(cfg: PipelineConfig) -> str:
     return uri
 
 
+def unreachable(uri: str, timeout_s: float = 10.0) -> str | None:
+    """Why an MLflow tracking server does not answer (in words and with the fix), or None when it does or the
+    store is local. MLflow's own client retries an unreachable server for minutes before it says so."""
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    parts = urllib.parse.urlsplit(uri)
+    if parts.scheme not in ("http", "https"):
+        return None
+    netloc = parts.hostname + (f":{parts.port}" if parts.port else "")  # without credentials: /health needs none
+    health = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path.rstrip("/") + "/health", "", ""))
+    try:
+        with urllib.request.urlopen(health, timeout=timeout_s) as response:
+            if response.status == 200:
+                return None
+            problem = f"answered {response.status}"
+    except urllib.error.HTTPError as err:
+        problem = f"answered {err.code}"
+    except (OSError, ValueError) as err:
+        problem = f"{type(err).__name__}: {getattr(err, 'reason', err)}"
+    return (f"the MLflow tracking server {redact_url(uri)} does not answer ({problem}); start it (bash "
+            f"infra/local.sh up) or point tracking.mlflow_uri / MLFLOW_TRACKING_URI at a running one")
+
+
 def client(uri: str):
     from mlflow.tracking import MlflowClient
 

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
+from model.mlflow_upload import MlflowUploader
 from model.protocol import append_jsonl
 
 
@@ -20,18 +22,26 @@ class NullTracker:
     def flush(self) -> None:
         pass
 
+    def close(self, timeout_s: float = 60.0) -> None:
+        pass
+
 
 class Rank0Tracker:
-    """Writes metrics.jsonl at once (the orchestrator follows it) and batches points to MLflow."""
+    """Writes metrics.jsonl at once (the orchestrator follows it) and batches points to MLflow, which a thread
+    sends (model/mlflow_upload.py): a tracking server that is down never stops training."""
 
-    def __init__(self, out_dir: Path, metrics_file: str, events_file: str, flush_every: int = 10):
+    def __init__(self, out_dir: Path, metrics_file: str, events_file: str, flush_every: int = 10,
+                 retry_s: float = 30.0):
         self.metrics_path, self.events_path = out_dir / metrics_file, out_dir / events_file
-        self.flush_every, self.pending, self.client, self.run_id = flush_every, [], None, None
+        self.flush_every, self.pending, self.uploader = flush_every, [], None
         run_id, uri = os.environ.get("MLFLOW_RUN_ID"), os.environ.get("MLFLOW_TRACKING_URI")
         if run_id and uri:
             from mlflow.tracking import MlflowClient  # heavy import, rank 0 only
 
-            self.client, self.run_id = MlflowClient(tracking_uri=uri), run_id
+            # fail a request in seconds, not MLflow's minutes of retries: the uploader retries on its own clock
+            os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+            os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "15")
+            self.uploader = MlflowUploader(MlflowClient(tracking_uri=uri), run_id, self.event, retry_s)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         append_jsonl(self.metrics_path, {"step": step, **metrics})
@@ -44,20 +54,23 @@ class Rank0Tracker:
 
     def tag(self, key: str, value: str) -> None:
         """A run tag in MLflow (a straggler's name), where a person looks first."""
-        if self.client:
-            self.client.set_tag(self.run_id, key, value)
+        if self.uploader:
+            self.uploader.put_tag(key, value)
 
     def flush(self) -> None:
-        if not self.client or not self.pending:
+        if not self.uploader or not self.pending:
             self.pending = []
             return
-        import time
-
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
         points = [Metric(k, float(v), now, step) for step, m in self.pending for k, v in m.items()
                   if isinstance(v, (int, float))]  # per-rank lists stay in metrics.jsonl
-        for i in range(0, len(points), 1000):  # MLflow caps a batch at 1000 metrics
-            self.client.log_batch(self.run_id, metrics=points[i:i + 1000])
+        self.uploader.put_points(points)
         self.pending = []
+
+    def close(self, timeout_s: float = 60.0) -> None:
+        """The last points out (up to timeout_s), and what never reached MLflow said."""
+        self.flush()
+        if self.uploader:
+            self.uploader.close(timeout_s)

@@ -419,7 +419,7 @@ def train(spec: Spec) -> int:
             announce(loop, model, sampler, optimizer)
             return run_steps(engine, loop, model, StopFlag())
         except BaseException:
-            loop.guard.run("flush", tracker.flush)  # the steps trained before a crash still reach MLflow
+            loop.guard.run("flush", tracker.close, 30.0)  # the steps trained before a crash still reach MLflow
             raise
     finally:
         watch.close()
@@ -449,7 +449,7 @@ def finish(loop: Loop) -> None:
     loop.comm.barrier()
     if loop.mirror:
         loop.mirror.wait()
-    loop.guard.run("flush", loop.tracker.flush)
+    loop.guard.run("flush", loop.tracker.close)
 
 
 def main(argv: list[str] | None = None) -> int:

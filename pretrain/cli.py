@@ -152,6 +152,13 @@ def path_checks(cfg) -> tuple[list[str], list[str]]:
         problems.append(f"run_root {root}: {existing} is not writable; point run_root at a folder you can write")
     else:
         notes.append(f"checked: run_root {root} " + ("exists" if existing == root else "will be created"))
+    from flows.tracking import tracking_uri, unreachable
+
+    uri = tracking_uri(cfg)
+    if problem := unreachable(uri):
+        problems.append(problem)
+    else:
+        notes.append(f"checked: MLflow {redact(uri)}" + (" answers" if uri.startswith("http") else " (local store)"))
     return problems, notes
 
 

@@ -92,6 +92,27 @@ def test_check_config_checks_the_sources_and_the_run_root(tmp_path, capsys):
         assert f"{locked} is not writable" in captured.err
 
 
+def test_check_config_tries_the_tracking_server_and_a_stage_fails_fast_without_it(tmp_path, capsys):
+    import time
+
+    from flows.common import tracking_target
+    from pretrain.cli import main
+    from pretrain.config import parse_config
+    from tasks.common.ports import free_port
+
+    data = tiny_dict(tmp_path / "run")
+    assert main(["check-config", "--config", write(tmp_path, data)]) == 0
+    assert "checked: MLflow sqlite:///" in capsys.readouterr().out  # the default: a local store
+    data["tracking"] = {"mlflow_uri": f"http://user:pw-planted@127.0.0.1:{free_port()}"}  # nothing listens there
+    assert main(["check-config", "--config", write(tmp_path, data)]) == 2
+    err = capsys.readouterr().err
+    assert "does not answer" in err and "infra/local.sh up" in err and "pw-planted" not in err
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="does not answer"):
+        tracking_target(parse_config(data))  # what every stage does first: seconds, not MLflow's minutes
+    assert time.monotonic() - started < 30
+
+
 def descendants(pid: int) -> list:
     import psutil
 

@@ -7,6 +7,7 @@ then moves `latest`. A tag without COMPLETE is never loaded.
 from __future__ import annotations
 
 import json
+import time
 import os
 import re
 from pathlib import Path
@@ -37,13 +38,30 @@ def is_complete(ckpt_dir: Path, tag: str) -> bool:
     return (Path(ckpt_dir) / tag / COMPLETE).is_file()
 
 
+UNUSABLE = "UNUSABLE"  # beside COMPLETE: this checkpoint failed to load, and why; no resume picks it again
+
+
 class CheckpointError(ValueError):
     """A checkpoint whose COMPLETE metadata cannot be trusted: unreadable, or not of its own tag."""
+
+
+def mark_unusable(ckpt_dir: Path, tag: str, reason: str) -> Path:
+    """Set a checkpoint aside for resuming, with the reason, in a file a person can read and remove."""
+    path = Path(ckpt_dir) / tag / UNUSABLE
+    write_atomic(path, json.dumps({"reason": reason, "time": time.time()}, indent=2))
+    return path
 
 
 def _checked_meta(ckpt_dir: Path, tag: str) -> tuple[dict | None, str | None]:
     """(the metadata, None), or (None, why it cannot be trusted). Its step must be the tag's: a COMPLETE file
     edited to another step would resume there and skip (or repeat) data without a word."""
+    marker = Path(ckpt_dir) / tag / UNUSABLE
+    if marker.is_file():
+        try:
+            reason = json.loads(marker.read_text()).get("reason")
+        except (OSError, ValueError):
+            reason = "unreadable marker"
+        return None, f"{Path(ckpt_dir) / tag} did not load: {reason} (marked in {marker}; remove it to try again)"
     path = Path(ckpt_dir) / tag / COMPLETE
     try:
         meta = json.loads(path.read_text())

@@ -48,14 +48,14 @@ from model.perf import device_name, memory_gb, mfu, peak_tflops
 from model.safe_load import force_weights_only
 from model.spec import Spec, TrainSpec
 from model.checkpoint import latest_complete
-from model.protocol import (EVENTS_FILE, EXIT_ANOMALY, EXIT_CONFIG, EXIT_DONE, EXIT_STOPPED, EXIT_UNSAVED, METRICS_FILE,
-                            MIRROR_URL_ENV, forget_secrets, load_secrets)
+from model.protocol import (EVENTS_FILE, EXIT_ANOMALY, EXIT_CONFIG, EXIT_DONE, EXIT_STOPPED, EXIT_UNSAVED,
+                            EXIT_UNUSABLE, METRICS_FILE, MIRROR_URL_ENV, forget_secrets, load_secrets)
 from model.staging import StagingError, stage_tokens, staged_path
 from model.steps import PendingStep, agree, grad_norms, reduce_stats, step_metrics, train_step
 from model.straggler import StragglerWatch, rank_figures
 from model.tracking import NullTracker, Rank0Tracker
 from model.reshape import ReshapeUnsupported
-from model.train_state import ResumeMismatch, find_resume_point, resume, room_to_save, save
+from model.train_state import CheckpointUnusable, ResumeMismatch, find_resume_point, resume, room_to_save, save
 from model.watchdog import HangWatch
 
 
@@ -469,6 +469,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ResumeMismatch, ReshapeUnsupported, StagingError, DataError) as err:
         print(f"error: {err}", file=sys.stderr, flush=True)
         return EXIT_CONFIG
+    except CheckpointUnusable as err:
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        return EXIT_UNUSABLE
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()

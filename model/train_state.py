@@ -145,15 +145,32 @@ def resume(engine, spec, comm: Comm, point: ResumePoint | None) -> tuple[int, Sa
     if point is None:
         return 0, with_skips(SamplerState(order=spec.data.data_order), spec.overrides.skip_ranges)
     meta = point.meta
-    path, _ = engine.load_checkpoint(str(ckpt_dir), tag=point.load_tag)
+    try:
+        path, _ = engine.load_checkpoint(str(ckpt_dir), tag=point.load_tag)
+    except Exception as err:  # a corrupt or cut file: retrying the same checkpoint would fail the same way
+        raise unusable(ckpt_dir, point.tag, comm, f"{type(err).__name__}: {str(err)[:300]}") from err
     if path is None:  # DeepSpeed returns (None, None) on a missing tag and would train from scratch
         raise RuntimeError(f"DeepSpeed could not load complete checkpoint {ckpt_dir / point.load_tag}")
+    own_step = getattr(engine, "global_steps", meta["step"])
+    if not point.reshaped and own_step != meta["step"]:
+        raise unusable(ckpt_dir, point.tag, comm, f"DeepSpeed's own step is {own_step}, its COMPLETE file says "
+                       f"{meta['step']}")
     rng_file = ckpt_dir / point.tag / f"rng_rank{comm.rank}.pt"
     if point.saved.world_size == comm.world and rng_file.is_file():
         restore_rng(rng_file)
     if comm.rank == 0:
         print(f"resumed from {point.tag} at step {meta['step']}", flush=True)
     return meta["step"], with_skips(checked_position(meta, ckpt_dir / point.tag, spec), spec.overrides.skip_ranges)
+
+
+class CheckpointUnusable(RuntimeError):
+    """The checkpoint chosen to resume from did not load; it is marked, and the next launch takes an earlier one."""
+
+
+def unusable(ckpt_dir: Path, tag: str, comm: Comm, why: str) -> CheckpointUnusable:
+    marker = ckpt.mark_unusable(ckpt_dir, tag, f"rank {comm.rank}: {why}")
+    return CheckpointUnusable(f"checkpoint {ckpt_dir / tag} did not load on rank {comm.rank} ({why}); marked "
+                              f"unusable ({marker}): the next launch resumes from the newest checkpoint before it")
 
 
 def checked_position(meta: dict, ckpt_path: Path, spec) -> SamplerState:

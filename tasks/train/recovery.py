@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from model import checkpoint as ckpt
-from model.protocol import EXIT_ANOMALY, EXIT_CONFIG, EXIT_HUNG, EXIT_UNSAVED, append_jsonl, read_jsonl
+from model.protocol import EXIT_ANOMALY, EXIT_CONFIG, EXIT_HUNG, EXIT_UNSAVED, EXIT_UNUSABLE, append_jsonl, read_jsonl
 from tasks.common.failures import transient_text
 
 RECOVERY_LOG = "recovery.jsonl"
@@ -96,6 +96,9 @@ def plan_crash(policy, ckpt_dir: Path, exit_code: int, history: list[dict], atte
     if exit_code == EXIT_UNSAVED:
         return Decision("fail", f"no room to save, a retry would train again into the same full disk: {message}",
                         attempt)
+    if exit_code == EXIT_UNUSABLE:  # the next launch resumes from an earlier checkpoint: not the same attempt again
+        return Decision("resume", f"checkpoint did not load, resuming from the one before it: {message}", attempt,
+                        ckpt.latest_complete(ckpt_dir), lr_scale=lr_scale)
     if not progressed and not transient_text(message):
         return Decision("fail", "crashed before finishing a single step (out of memory at step 0, a broken "
                         f"environment or launcher): a retry would do the same: {message}", attempt)

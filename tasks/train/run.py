@@ -15,7 +15,7 @@ from typing import Callable
 
 from model.checkpoint import latest_complete, read_meta
 from model.protocol import (EVENTS_FILE, EXIT_ANOMALY, EXIT_CONFIG, EXIT_DONE, EXIT_HUNG, EXIT_STOPPED, EXIT_UNSAVED,
-                            read_jsonl)
+                            EXIT_UNUSABLE, read_jsonl)
 from model.spec import Overrides
 from pretrain import PROJECT_ROOT
 from pretrain.config import ModelConfig, TrainConfig
@@ -211,7 +211,8 @@ def run_train(model: ModelConfig, train: TrainConfig, tokenizer_dir: Path, token
         raise TrainingFailed(unsaved_message(train, result), code)
     what = {EXIT_STOPPED: "stopped by SIGTERM after saving a checkpoint",
             EXIT_ANOMALY: "stopped on a loss anomaly (see the anomaly event in events.jsonl)",
-            EXIT_CONFIG: "stopped on bad settings or data (a retry will not help)"}.get(code, "crashed")
+            EXIT_CONFIG: "stopped on bad settings or data (a retry will not help)",
+            EXIT_UNUSABLE: "stopped: the checkpoint to resume from did not load (marked UNUSABLE)"}.get(code, "crashed")
     raise TrainingFailed(f"training {what} (exit code {code}); see {out_dir / 'launcher.log'}. "
                          f"Newest complete checkpoint: {tag or 'none'}.{rank_errors(tail)}", code)
 

@@ -163,3 +163,34 @@ def test_a_hung_rank_is_caught_relaunched_and_a_slow_one_named(prepared_run, tmp
     assert all(m["own_s_slowest_rank"] == 1 and len(m["rank_own_s"]) == 2 for m in metrics)
     last = {m["step"]: m for m in metrics}  # the relaunch retrains steps 3.. from the same positions
     assert [last[s]["position_start"] for s in range(1, 7)] == [k * n for k in range(6)]
+
+
+@pytest.mark.parametrize("damage", ["cut_optimizer_shard", "deepspeed_step_edited"])
+def test_a_checkpoint_that_does_not_load_is_marked_and_the_run_resumes_from_the_one_before(prepared_run, tmp_path,
+                                                                                         damage):
+    """A cut optimizer shard (a full disk or a killed copy), or a model file whose DeepSpeed step is not its tag's,
+    fails the first launch once (exit 47), is marked UNUSABLE with the reason, and the relaunch resumes from the
+    checkpoint before it: not the same failure retried."""
+    import torch
+
+    from model.checkpoint import UNUSABLE
+
+    cfg, root = prepared_run
+    out = tmp_path / "train"
+    monitored(cfg, root, out, steps=4, save_every=2)
+    bad = out / "checkpoints" / "step_00000004"
+    if damage == "cut_optimizer_shard":
+        shard = next(bad.glob("*rank_1*optim_states.pt"))
+        shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+    else:
+        states = bad / "mp_rank_00_model_states.pt"
+        saved = torch.load(states, weights_only=False)
+        torch.save({**saved, "global_steps": 3}, states)
+    result, lines = monitored(cfg, root, out, steps=6, save_every=2)
+    assert result["latest_step"] == 6 and result["attempts"] == 2
+    [resume] = decisions(out)
+    assert resume["action"] == "resume" and resume["checkpoint"] == "step_00000002"
+    reason = (bad / UNUSABLE).read_text()
+    assert ("rank 1" in reason and "Error" in reason) if damage == "cut_optimizer_shard" else "own step is 3" in reason
+    assert any("resumed from step_00000002 at step 2" in line for line in lines)
+    assert "step_00000004" not in complete_tags(out / "checkpoints")

@@ -58,6 +58,9 @@ def calibrate(cfg, tmp: Path):
     profile = json.loads((tmp / "preflight" / "profile" / PROFILE_FILE).read_text())
     zero3 = json.loads((tmp / "preflight" / ZERO3_PROFILE_DIR / PROFILE_FILE).read_text())
     found = measured_from([], profile, zero3)
+    print(f"  profiled steps {profile['wall_s'] / profile['steps']:.3f} s, unprofiled "
+          f"{profile['unprofiled_wall_s'] / profile['steps']:.3f} s (the profiler's cost left out of the calibration)",
+          flush=True)
     if found is None:
         raise RuntimeError(f"the calibration run measured nothing: {check}")
     return found

@@ -75,29 +75,36 @@ def overlapped_seconds(prof) -> tuple[float, float]:
 
 
 def profile_steps(run_step: Callable[[], None], steps: int, out_dir: Path, comm: Comm, layout: dict | None = None) -> dict:
-    """One warm-up step, then `steps` profiled ones; rank 0 writes comm_profile.json, with the `layout` the steps ran
-    in (samples per rank and step, parameters, ZeRO stage, ...): from these the communication plan gets the compute
-    time of a sample and the bandwidth the collectives had."""
+    """One warm-up step, then `steps` profiled ones, then `steps` timed without the profiler; rank 0 writes
+    comm_profile.json, with the `layout` the steps ran in (samples per rank and step, parameters, ZeRO stage, ...):
+    from these the communication plan gets the compute time of a sample and the bandwidth the collectives had. The
+    unprofiled steps measure the profiler's own cost (it records every operator: on CPU ranks a fifth of a step
+    was seen), which the plan takes out of its figures."""
     from torch.profiler import ProfilerActivity, profile
 
     run_step()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
     with profile(activities=activities) as prof:
-        start = time.perf_counter()
-        for _ in range(steps):
-            run_step()
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        wall = time.perf_counter() - start
+        wall = timed_steps(run_step, steps)
+    unprofiled = timed_steps(run_step, steps)
     local = torch.tensor([min(comm_seconds(prof) / wall, 1.0), wall, *overlapped_seconds(prof)])
     shares = [s.tolist() for s in comm.all_gather(local)]
     comm_total, overlapped = sum(s[2] for s in shares), sum(s[3] for s in shares)
     result = {"comm_share": max(s[0] for s in shares), "per_rank_share": [round(s[0], 4) for s in shares],
               "comm_overlap_share": overlapped / comm_total if comm_total else 0.0, "wall_s": wall, "steps": steps,
-              "world_size": comm.world, "backend": comm.backend, **(layout or {})}
+              "unprofiled_wall_s": comm.agree([unprofiled], "max")[0], "world_size": comm.world, "backend": comm.backend, **(layout or {})}
     if comm.rank == 0:
         (Path(out_dir) / PROFILE_FILE).write_text(json.dumps(result, indent=2))
     return result
+
+
+def timed_steps(run_step: Callable[[], None], steps: int) -> float:
+    start = time.perf_counter()
+    for _ in range(steps):
+        run_step()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
 
 
 @contextmanager

@@ -326,7 +326,7 @@ def slow_phase(loop: Loop, name: str) -> None:
 def profile_run(engine, loop: Loop) -> int:
     """Preflight's communication profile: a few steps as training runs them (each with its agreement), no checkpoint."""
     profiled = loop.spec.overrides.profile_steps
-    steps = iter(range(loop.first_step, loop.first_step + profiled + 1))
+    steps = iter(range(loop.first_step, loop.first_step + 2 * profiled + 1))  # see profile_steps
 
     def run_step():
         one_step(engine, loop, next(steps), None)

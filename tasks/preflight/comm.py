@@ -13,7 +13,7 @@ from tasks.common.outputs import is_complete
 from tasks.preflight.baselines import profile
 from tasks.preflight.checks import FAIL, NOT_AVAILABLE, WARN, Check, graded
 from tasks.train.comm_model import DEEPSPEED_BUCKET
-from tasks.train.comm_plan import ZERO3_PROFILE_DIR
+from tasks.train.comm_plan import ZERO3_PROFILE_DIR, step_seconds
 from tasks.train.run import TrainingFailed, run_train
 
 ADVICE = "above 2/3 of the step, adding nodes will not pay: grow the batch per rank or the model first"
@@ -42,7 +42,7 @@ def profiled(cfg: PipelineConfig, run_root: Path, name: str, train_update: dict,
     """A few profiled training steps into preflight/<name>; their profile."""
     out = run_root / "preflight" / name
     shutil.rmtree(out, ignore_errors=True)
-    train = cfg.train.model_copy(update={"steps": cfg.preflight.comm_profile_steps + 1, "save_every": 10**9,
+    train = cfg.train.model_copy(update={"steps": 2 * cfg.preflight.comm_profile_steps + 1, "save_every": 10**9,
                                          "eval_every": 0, "mirror_url": None, "export_hf": False, "resume_tag": None,
                                          **train_update})
     run_train(cfg.model, train, run_root / "tokenizer", run_root / "tokens", out, {}, log_line,
@@ -58,4 +58,4 @@ def zero3_steps(cfg: PipelineConfig, run_root: Path, log_line) -> str:
         result = profiled(cfg, run_root, ZERO3_PROFILE_DIR, {"zero_stage": 3, "bucket_size": DEEPSPEED_BUCKET}, log_line)
     except (TrainingFailed, OSError, ValueError) as err:
         return f"; ZeRO-3 steps failed ({str(err)[-200:]}): the plan predicts ZeRO-3 from its traffic alone"
-    return f"; ZeRO-3 steps {result['wall_s'] / result['steps']:.3g} s each"
+    return f"; ZeRO-3 steps {step_seconds(result):.3g} s each"

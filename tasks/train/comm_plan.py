@@ -93,14 +93,22 @@ def measured_from(checks: list[dict], profile: dict, zero3_profile: dict | None 
     if found is not None:
         found.async_overlap = profile.get("async_overlap")
         if zero3_profile and zero3_profile.get("steps"):
-            found.zero3 = {"step_s": zero3_profile["wall_s"] / zero3_profile["steps"],
+            found.zero3 = {"step_s": step_seconds(zero3_profile),
                            "ranks": zero3_profile["world_size"], "grad_accum": zero3_profile["grad_accum"],
                            "bucket": zero3_profile.get("bucket") or DEEPSPEED_BUCKET}
     return found
 
 
+def step_seconds(profile: dict) -> float:
+    """A step's wall time as training runs it: the unprofiled steps' where the profile has them (the profiler's own
+    cost left out), else the profiled ones' (a profile of an older version)."""
+    return profile.get("unprofiled_wall_s", profile["wall_s"]) / profile["steps"]
+
+
 def _measured_bandwidth(checks: list[dict], profile: dict, samples: int) -> Measured | None:
-    step_s = profile["wall_s"] / profile["steps"]
+    # the profiler slows compute and the waits of collectives alike: its share of communication holds, scaled to
+    # the step as training runs it
+    step_s = step_seconds(profile)
     compute = step_s * (1 - profile["comm_share"]) / samples
     source = f"preflight's profiled steps on {profile['world_size']} ranks"
     by_name = {c["name"]: c for c in checks}

@@ -4,10 +4,15 @@ import json
 import pytest
 
 from model.comm_profile import PROFILE_FILE
+from model.protocol import read_jsonl
 from tasks.preflight.checks import NOT_AVAILABLE
 from tasks.preflight.comm import check_comm_share
 
 pytestmark = pytest.mark.slow
+
+
+def read_metrics(out):
+    return [m for m in read_jsonl(out / "metrics.jsonl")] if (out / "metrics.jsonl").exists() else []
 
 
 def test_comm_share_of_two_cpu_ranks(prepared_run):
@@ -16,6 +21,8 @@ def test_comm_share_of_two_cpu_ranks(prepared_run):
     result = json.loads((root / "preflight" / "profile" / PROFILE_FILE).read_text())
     assert result["world_size"] == 2 and result["backend"] == "gloo" and result["steps"] == 3
     assert 0 < result["comm_share"] < 1 and len(result["per_rank_share"]) == 2
+    # as many steps again without the profiler: the plan's figures leave the profiler's cost out
+    assert 0 < result["unprofiled_wall_s"] and len(read_metrics(root / "preflight" / "profile")) == 2 * 3 + 1
     # the default bucket (auto, before any measurement) splits the gradients: the first reduces during the backward
     assert result["bucket"] < result["params"] and 0 < result["comm_overlap_share"] < 1
     assert 0 <= result["async_overlap"] <= 1  # probed on the ranks: what ZeRO-3's prefetched gathers could hide

@@ -132,3 +132,15 @@ def test_pretrain_plan_cluster_prints_the_table(tiny_cfg, tmp_path, capsys):
     assert "pass both --busbw-gbps and --sample-ms" in capsys.readouterr().out
     assert cli(["plan", "--cluster", str(config), "--json"]) == 0
     assert CommPlan(**{k: v for k, v in json.loads(capsys.readouterr().out).items() if k != "comm_bound"}).choice
+
+
+def test_the_profilers_own_cost_is_left_out_of_compute_and_bandwidth():
+    # the profiled steps took 1.0 s each, the same steps without the profiler 0.8 s: compute and communication both
+    # shrink to the step as training runs it, so the link measures faster and a sample computes faster
+    profile = {**PROFILE, "params": 1_000_000, "zero_stage": 1, "grad_accum": 1, "bytes_per_param": 4,
+               "bucket": 500_000_000}
+    plain, timed = measured_from(CHECKS[:1], profile), measured_from(CHECKS[:1], {**profile, "unprofiled_wall_s": 1.6})
+    assert timed.compute_s_per_sample == pytest.approx(plain.compute_s_per_sample * 0.8)
+    assert timed.busbw_gbps > plain.busbw_gbps * 1.25  # less time for the same bytes (latencies aside)
+    zero3 = {**profile, "zero_stage": 3, "wall_s": 6.0, "unprofiled_wall_s": 5.0}
+    assert measured_from(CHECKS[:1], profile, zero3).zero3["step_s"] == pytest.approx(2.5)

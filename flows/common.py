@@ -1,6 +1,7 @@
 """What every stage flow does around its task: config, paths, MLflow child run, artifacts, links both ways."""
 from __future__ import annotations
 
+import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,9 +13,11 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from model.redact import redact_url
 from pretrain.config import PipelineConfig
 from flows import tracking
+from flows.mlflow_journal import KEPT, Journal
 from tasks.common.lease import lease
 
 DEFAULT_CONFIG = "configs/tiny.yaml"
+NO_MLFLOW_RUN = {"MLFLOW_RUN_ID": ""}  # the ranks' environment when no MLflow run could be made for them
 
 
 def prefect_tags() -> dict[str, str]:
@@ -30,6 +33,8 @@ def prefect_tags() -> dict[str, str]:
 
 @dataclass
 class StageRun:
+    """A stage's MLflow run. Its writes go through the run root's journal (flows/mlflow_journal.py): a tracking
+    server that dies while the stage works costs the stage nothing, and MLflow gets every write once it is back."""
     cfg: PipelineConfig
     root: Path
     mlflow_uri: str
@@ -39,34 +44,54 @@ class StageRun:
     def dir(self, stage: str) -> Path:
         return self.root / stage
 
+    @property
+    def journal(self) -> Journal:
+        return Journal(self.root, self.mlflow_uri)
+
     def log_params(self, params: dict) -> None:
-        tracking.log_params(self.mlflow_uri, self.run_id, params)
+        flat = {k: redact_url(str(v))[:6000] for k, v in tracking.flattened(params).items()}  # no URL passwords
+        self.journal.write("params", self.run_id, params=flat)
 
     def log_metrics(self, metrics: dict, step: int = 0) -> None:
-        tracking.log_metrics(self.mlflow_uri, self.run_id, metrics, step)
+        if points := tracking.metric_points(metrics, step):
+            self.journal.write("points", self.run_id, points=points)
 
     def log_files(self, folder: Path, names: tuple[str, ...], artifact_dir: str, missing_ok: bool = False) -> None:
         """Files of a stage's output folder as MLflow artifacts; missing_ok for files only some runs write."""
         for name in names:
             if not missing_ok or (folder / name).is_file():
-                tracking.log_artifact(self.mlflow_uri, self.run_id, folder / name, artifact_dir)
+                self.journal.write("artifact", self.run_id, path=str(folder / name), subdir=artifact_dir)
 
     def set_tag(self, key: str, value: str) -> None:
-        tracking.client(self.mlflow_uri).set_tag(self.run_id, key, value)
+        self.set_tags({key: value})
 
     def set_tags(self, tags: dict[str, str]) -> None:
         """Many tags in one request (a stage's version and provenance are a dozen)."""
-        from mlflow.entities import RunTag
+        self.journal.write("tags", self.run_id, tags={k: str(v) for k, v in tags.items()})
 
-        tracking.client(self.mlflow_uri).log_batch(self.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
-
-    def child(self, name: str, tags: dict) -> StageRun:
-        """A new MLflow run under this one (a training attempt, a grid point), with its own curve."""
-        run_id = tracking.start_run(self.mlflow_uri, self.experiment_id, name, self.run_id, tags)
+    def child(self, name: str, tags: dict) -> StageRun | None:
+        """A new MLflow run under this one (a training attempt, a grid point), with its own curve; None when the
+        tracking server cannot be reached (an MLflow run id comes from the server: the child's figures then stay
+        in its files), said on stderr."""
+        try:
+            run_id = tracking.start_run(self.mlflow_uri, self.experiment_id, name, self.run_id, tags)
+        except Exception as err:  # noqa: BLE001 - the server down: go on without the child run
+            if not (problem := tracking.unreachable(self.mlflow_uri, timeout_s=5.0)):
+                raise
+            print(f"warning: no MLflow run {name}: {problem}; its figures stay in its files only", file=sys.stderr,
+                  flush=True)
+            return None
         return StageRun(self.cfg, self.root, self.mlflow_uri, run_id, self.experiment_id)
 
     def end(self, ok: bool) -> None:
-        tracking.end_run(self.mlflow_uri, self.run_id, ok)
+        """The run's status, after whatever the journal still holds if the server is back."""
+        journal = self.journal
+        if journal.pending() and not tracking.unreachable(self.mlflow_uri, timeout_s=5.0):
+            journal.replay()
+        if journal.write("end", self.run_id, ok=ok) == KEPT:
+            print(f"warning: MLflow run {self.run_id} stays RUNNING until the server is back and a stage starts or "
+                  f"`pretrain status` runs: {journal.pending()} write(s) are kept in {journal.path}",
+                  file=sys.stderr, flush=True)
 
     def rank_env(self) -> dict[str, str]:
         """What the training ranks need to log their curve into this run."""
@@ -94,6 +119,9 @@ def tracking_target(cfg: PipelineConfig) -> tuple[Path, str, str]:
 def mlflow_run(cfg: PipelineConfig, name: str, parent_run_id: str | None, tags: dict) -> StageRun:
     """The MLflow run of this Prefect flow run: reused when Prefect retries the flow run, created otherwise."""
     root, uri, exp = tracking_target(cfg)
+    sent, _ = Journal(root, uri).replay()  # what an earlier stage kept while the server was down
+    if sent:
+        print(f"sent {sent} MLflow write(s) kept while the tracking server was down", flush=True)
     links = prefect_tags()
     run_id = tracking.find_run(uri, exp, name, links.get("prefect.flow_run_id"))
     if run_id:

@@ -17,7 +17,7 @@ from flows.tokens import tokenize_flow
 from flows.train import train_flow
 from flows.versions import planned_versions
 from pretrain.config import PipelineConfig, resolve_config
-from tasks.common.versions import STAGES, status
+from tasks.versions import STAGES, status
 
 
 @flow(name="pretrain", log_prints=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from prefect import flow, task
 
-from flows.common import DEFAULT_CONFIG, StageRun, markdown_artifact, stage_run, table_artifact
+from flows.common import DEFAULT_CONFIG, NO_MLFLOW_RUN, StageRun, markdown_artifact, stage_run, table_artifact
 from pretrain.config import PipelineConfig, resolve_config
 from tasks.common.outputs import write_json
 from tasks.scaling.grid import GridPoint, completed_point, plan_grid, train_point
@@ -23,6 +23,8 @@ def train_point_task(cfg: PipelineConfig, point: GridPoint, run: StageRun) -> di
     if (finished := completed_point(cfg, point, out_dir)) is not None:
         return finished  # trained by an earlier (interrupted or retried) sweep
     child = run.child(f"{cfg.name}/scaling/{point.point_id}", {"stage": "scaling", "grid_point": point.point_id})
+    if child is None:  # the tracking server is down: the point trains, its curve stays in its files
+        return train_point(cfg, point, out_dir, NO_MLFLOW_RUN)
     child.log_params({"point": point.__dict__})
     ok = False
     try:

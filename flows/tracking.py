@@ -101,37 +101,75 @@ def end_run(uri: str, run_id: str, ok: bool) -> None:
 def log_params(uri: str, run_id: str, params: dict) -> None:
     from mlflow.entities import Param
 
-    flat = [Param(k, redact_url(str(v))[:6000]) for k, v in _flatten(params).items()]  # no URL passwords in MLflow
+    flat = [Param(k, redact_url(str(v))[:6000]) for k, v in flattened(params).items()]  # no URL passwords in MLflow
     for i in range(0, len(flat), 100):
         client(uri).log_batch(run_id, params=flat[i:i + 100])
 
 
-def log_metrics(uri: str, run_id: str, metrics: dict, step: int = 0) -> None:
+def metric_points(metrics: dict, step: int = 0) -> list[list]:
+    """[name, value, milliseconds, step] of each number in `metrics` (nested dicts as dotted names), taken now."""
     import time
 
+    now = int(time.time() * 1000)
+    return [[k, float(v), now, step] for k, v in flattened(metrics).items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)]
+
+
+def log_points(uri: str, run_id: str, points: list[list]) -> None:
     from mlflow.entities import Metric
 
-    now = int(time.time() * 1000)
-    points = [Metric(k, float(v), now, step) for k, v in _flatten(metrics).items()
-              if isinstance(v, (int, float)) and not isinstance(v, bool)]
-    if points:
-        client(uri).log_batch(run_id, metrics=points)
+    for i in range(0, len(points), 1000):  # MLflow's cap a batch
+        client(uri).log_batch(run_id, metrics=[Metric(*p) for p in points[i:i + 1000]])
 
 
-def log_artifact(uri: str, run_id: str, path: Path, subdir: str | None = None) -> None:
+def log_tags(uri: str, run_id: str, tags: dict[str, str]) -> None:
+    from mlflow.entities import RunTag
+
+    client(uri).log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+
+
+def log_artifact(uri: str, run_id: str, path: str, subdir: str | None = None) -> None:
     client(uri).log_artifact(run_id, str(path), artifact_path=subdir)
+
+
+def log_dataset(uri: str, run_id: str, source_dir: str, name: str, digest: str) -> None:
+    """A folder as an MLflow dataset input of the run (training context), `digest` its version."""
+    from mlflow.data.dataset_source_registry import resolve_dataset_source
+    from mlflow.data.meta_dataset import MetaDataset
+    from mlflow.entities import DatasetInput, InputTag
+
+    dataset = MetaDataset(resolve_dataset_source(source_dir), name=name, digest=digest)
+    client(uri).log_inputs(run_id, [DatasetInput(dataset._to_mlflow_entity(),
+                                                 [InputTag("mlflow.data.context", "training")])])
+
+
+def register_export(uri: str, run_id: str, name: str, export_dir: str, alias: str, tags: dict[str, str]) -> str:
+    """A Hugging Face export as a version of the registered model `name` under `alias`; its version number."""
+    c = client(uri)
+    c.log_artifacts(run_id, export_dir, "hf_export")
+    if not c.search_registered_models(f"name = '{name}'"):
+        c.create_registered_model(name, description=f"Hugging Face exports of the `{name}` training runs")
+    version = c.create_model_version(name, f"runs:/{run_id}/hf_export", run_id=run_id, tags=tags)
+    c.set_registered_model_alias(name, alias, version.version)
+    return version.version
+
+
+# what the orchestrator writes to a run, by name: a write the server could not take is kept under its name and its
+# JSON arguments, and replayed (flows/mlflow_journal.py)
+WRITES = {"params": log_params, "points": log_points, "tags": log_tags, "artifact": log_artifact,
+          "end": end_run, "dataset": log_dataset, "register": register_export}
 
 
 _METRIC_NAME_UNSAFE = re.compile(r"[^\w\-. /]")
 
 
-def _flatten(d: dict, prefix: str = "") -> dict:
+def flattened(d: dict, prefix: str = "") -> dict:
     """Nested dicts as dotted metric names; characters MLflow refuses in a name become '_'."""
     out = {}
     for k, v in d.items():
         key = f"{prefix}{_METRIC_NAME_UNSAFE.sub('_', str(k))}"
         if isinstance(v, dict):
-            out.update(_flatten(v, key + "."))
+            out.update(flattened(v, key + "."))
         else:
             out[key] = v
     return out

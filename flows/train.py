@@ -10,7 +10,8 @@ from pathlib import Path
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 
-from flows.common import DEFAULT_CONFIG, StageRun, artifact_key, markdown_artifact, stage_run, table_artifact
+from flows.common import (DEFAULT_CONFIG, NO_MLFLOW_RUN, StageRun, artifact_key, markdown_artifact, stage_run,
+                          table_artifact)
 from flows.events import CheckpointAnnouncer
 from flows.progress import StageProgress
 from flows.versions import log_lineage, planned_version, record, reused
@@ -76,14 +77,15 @@ class Attempts:
     def env_for(self, attempt: int) -> dict:
         if attempt == 1:
             return {}
-        if self.children:  # the attempt before this one ended early
+        if self.children and self.children[-1]:  # the attempt before this one ended early
             self.children[-1].end(ok=False)
         self.children.append(self.run.child(f"{self.run.cfg.name}/train/attempt-{attempt}",
                                             {"stage": "train", "attempt": str(attempt)}))
-        return {"MLFLOW_RUN_ID": self.children[-1].run_id}
+        # the tracking server down: the attempt trains, its curve in metrics.jsonl only
+        return {"MLFLOW_RUN_ID": self.children[-1].run_id} if self.children[-1] else NO_MLFLOW_RUN
 
     def end(self, ok: bool) -> None:
-        if self.children:
+        if self.children and self.children[-1]:
             self.children[-1].end(ok)
 
 
@@ -119,6 +121,9 @@ def monitored_training(run: StageRun) -> dict:
         ok = True
         return result
     finally:
+        if points := run.journal.adopt_unsent(run.dir("train")):
+            logger.warning(f"{points} metric point(s) of the ranks never reached MLflow; kept in {run.journal.path} "
+                           "and sent when the tracking server is back")
         attempts.end(ok)
 
 

@@ -8,7 +8,7 @@ from prefect.artifacts import create_markdown_artifact
 from flows import tracking
 from flows.common import StageRun, artifact_key
 from pretrain.config import PipelineConfig
-from tasks.common.versions import StageVersion, expected_versions, output_dir, record_version, stage_state
+from tasks.versions import StageVersion, expected_versions, output_dir, record_version, stage_state
 
 
 NEWEST_ALIAS = "newest"  # MLflow reserves `latest`: models:/<name>/latest already names the newest version
@@ -75,15 +75,8 @@ def log_lineage(run: StageRun, version: StageVersion, result: dict) -> None:
     """The training run's inputs and outputs in MLflow: the token dataset it read (an MLflow dataset input,
     digest = the tokenize stage's version) and its Hugging Face export as a version of the registered model
     named after the run (alias `newest`), tagged with the versions it came from."""
-    from mlflow.data.dataset_source_registry import resolve_dataset_source
-    from mlflow.data.meta_dataset import MetaDataset
-    from mlflow.entities import DatasetInput, InputTag
-
-    client = tracking.client(run.mlflow_uri)
-    tokens = MetaDataset(resolve_dataset_source(str(run.dir("tokens"))), name=f"{run.cfg.name}-tokens",
-                         digest=version.inputs["tokenize"])
-    client.log_inputs(run.run_id, [DatasetInput(tokens._to_mlflow_entity(),
-                                                [InputTag("mlflow.data.context", "training")])])
+    run.journal.write("dataset", run.run_id, source_dir=str(run.dir("tokens")), name=f"{run.cfg.name}-tokens",
+                      digest=version.inputs["tokenize"])
     if not result.get("hf_export"):
         return
     number = register_export(run, result["hf_export"], NEWEST_ALIAS, {
@@ -95,15 +88,9 @@ def log_lineage(run: StageRun, version: StageVersion, result: dict) -> None:
 def register_export(run: StageRun, export_dir: str, alias: str, tags: dict[str, str]) -> str:
     """A Hugging Face export (the training's, a decay branch's, an average's) as a version of the run's registered
     model under `alias` (a branch or an average has its own: `newest` stays the training's); the tags name what it
-    was made from."""
-    client = tracking.client(run.mlflow_uri)
-    client.log_artifacts(run.run_id, export_dir, "hf_export")
-    name = run.cfg.name
-    if not client.search_registered_models(f"name = '{name}'"):
-        client.create_registered_model(name, description=f"Hugging Face exports of the `{name}` training runs")
-    version = client.create_model_version(name, f"runs:/{run.run_id}/hf_export", run_id=run.run_id, tags=tags)
-    client.set_registered_model_alias(name, alias, version.version)
-    return version.version
+    was made from. Its version number, or "pending" while the tracking server is down (registered when it is
+    back, flows/mlflow_journal.py)."""
+    return run.journal.write("register", run.run_id, name=run.cfg.name, export_dir=export_dir, alias=alias, tags=tags)
 
 
 def lineage(mlflow_uri: str, model_name: str, alias: str = "newest") -> dict:

@@ -6,7 +6,8 @@ import math
 import torch
 
 from model.comm import Comm
-from model.data import CHANNELS, TokenDataset
+from model.data import TokenDataset
+from pretrain.channels import CHANNELS
 from model.loss import token_cross_entropy
 
 

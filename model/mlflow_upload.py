@@ -4,7 +4,9 @@ A tracking server that died used to block rank 0 inside `log_batch` (MLflow retr
 watch then killed the ranks, and the relaunch could not create its run. Now points and tags queue here and a
 thread sends them; when the server cannot be reached they stay queued (every point is in metrics.jsonl as
 well) and are retried every `retry_s`. The first failure and the recovery are events and lines on stderr, so
-the run says what MLflow is missing and when it caught up; what is still queued at the end is an event too.
+the run says what MLflow is missing and when it caught up; what is still queued at the end is an event too, and
+is written to `mlflow_unsent.jsonl` beside the metrics, from where the orchestrator sends it once the server is
+back (flows/mlflow_journal.py).
 """
 from __future__ import annotations
 
@@ -12,15 +14,20 @@ import sys
 import threading
 import time
 from collections import deque
+from pathlib import Path
 from typing import Callable
+
+from model.protocol import append_jsonl
 
 MAX_QUEUED_POINTS = 2_000_000  # a week of steps at 60 metrics each; beyond it the oldest are dropped (said)
 BATCH = 1000                   # MLflow caps a log_batch at 1000 metrics
+UNSENT_FILE = "mlflow_unsent.jsonl"
 
 
 class MlflowUploader:
-    def __init__(self, client, run_id: str, report: Callable[[dict], None], retry_s: float = 30.0):
-        self.client, self.run_id, self.report, self.retry_s = client, run_id, report, retry_s
+    def __init__(self, client, run_id: str, report: Callable[[dict], None], retry_s: float = 30.0,
+                 unsent: Path | None = None):
+        self.client, self.run_id, self.report, self.retry_s, self.unsent = client, run_id, report, retry_s, unsent
         self.queue: deque = deque()  # ("points", [Metric]) or ("tag", (key, value))
         self.lock, self.wake, self.closing = threading.Lock(), threading.Event(), False
         self.down_since: float | None = None
@@ -98,8 +105,14 @@ class MlflowUploader:
         self.wake.set()
         self.thread.join(timeout_s)
         with self.lock:
-            left = self._queued_points()
+            left, queue = self._queued_points(), list(self.queue)
+        if queue and self.unsent is not None:
+            for kind, item in queue:  # for the orchestrator to send once the server is back
+                append_jsonl(self.unsent, {"run_id": self.run_id, **(
+                    {"points": [[m.key, m.value, m.timestamp, m.step] for m in item]} if kind == "points"
+                    else {"tags": {item[0]: item[1]}})})
         if left or self.dropped:
             print(f"warning: {left} metric point(s) never reached MLflow ({self.dropped} dropped while it was down"
-                  f"); they are in metrics.jsonl", file=sys.stderr, flush=True)
+                  f"); they are in metrics.jsonl{' and ' + str(self.unsent) if self.unsent else ''}",
+                  file=sys.stderr, flush=True)
             self.report({"event": "mlflow_backlog", "points_not_sent": left, "points_dropped": self.dropped})

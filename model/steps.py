@@ -18,7 +18,8 @@ import torch
 from model.batches import BatchPrefetcher
 from model.comm import Comm
 from model.comm_profile import BACKWARD_MARK
-from model.data import CHANNELS, SamplerState
+from model.data import SamplerState
+from pretrain.channels import CHANNELS
 from model.guard import fault_point
 from model.loss import token_losses
 from model.schedule import cosine_lr, wsd_lr

@@ -5,7 +5,7 @@ import os
 import time
 from pathlib import Path
 
-from model.mlflow_upload import MlflowUploader
+from model.mlflow_upload import UNSENT_FILE, MlflowUploader
 from model.protocol import append_jsonl
 
 
@@ -41,7 +41,8 @@ class Rank0Tracker:
             # fail a request in seconds, not MLflow's minutes of retries: the uploader retries on its own clock
             os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
             os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "15")
-            self.uploader = MlflowUploader(MlflowClient(tracking_uri=uri), run_id, self.event, retry_s)
+            self.uploader = MlflowUploader(MlflowClient(tracking_uri=uri), run_id, self.event, retry_s,
+                                          out_dir / UNSENT_FILE)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         append_jsonl(self.metrics_path, {"step": step, **metrics})

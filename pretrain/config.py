@@ -21,8 +21,8 @@ from pretrain.channels import KNOWN_CHANNELS, Channel, KnownChannel
 MAX_VOCAB = 1_000_000  # beyond any tokenizer trained in practice (256k is large); far beyond, the trainer aborts
 SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
 # A setting that never changes what its stage produces (where or how fast it runs, how it is watched, what it
-# logs): left out of the stage's version (tasks/common/versions.py), so changing it reruns nothing. Every other
-# field counts. tests/tasks/common/test_versions.py lists the fields so marked; a new one is a deliberate choice.
+# logs): left out of the stage's version (tasks/versions.py), so changing it reruns nothing. Every other
+# field counts. tests/tasks/test_versions.py lists the fields so marked; a new one is a deliberate choice.
 NO_EFFECT = {"changes_result": False}
 
 

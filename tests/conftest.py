@@ -81,7 +81,7 @@ def prepared_run(tmp_path_factory):
 @contextmanager
 def running_server(home: Path) -> Iterator[str]:
     """A Prefect server with its database in `home` (as PREFECT_HOME while it starts), until the block ends."""
-    from pretrain.local_server import start_server, stop_server
+    from cli.local_server import start_server, stop_server
 
     with pytest.MonkeyPatch.context() as env:
         env.setenv("PREFECT_HOME", str(home))

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from pretrain import PROJECT_ROOT
 from pretrain.config import HostConfig, PipelineConfig, TrainConfig
-from tasks.train.launch import cluster_hosts, on_node, without_hosts, write_hostfile
+from tasks.common.hosts import cluster_hosts, on_node, without_hosts, write_hostfile
 from tasks.preflight.checks import FAIL, PASS, WARN, Check
 
 PREFLIGHT_HOSTFILE = "hostfile"

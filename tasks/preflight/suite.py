@@ -11,7 +11,7 @@ from tasks.common.outputs import read_json
 from tasks.preflight.checks import gate, reported_only, run_checks
 from tasks.preflight.comm import check_comm_share
 from tasks.preflight.nodes import run_node_checks
-from tasks.train.launch import without_hosts
+from tasks.common.hosts import without_hosts
 
 
 def run_preflight(cfg: PipelineConfig, run_root: Path, log_line: Callable[[str], None] = print) -> dict:

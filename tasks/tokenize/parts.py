@@ -18,7 +18,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tokenizers import Tokenizer
 
-from model.data import CHANNELS, shard_schema
+from model.data import shard_schema
+from pretrain.channels import CHANNELS
 from tasks.clean.rules import RULE_FAMILIES
 from tasks.common.outputs import read_json, staged_output, write_json
 from tasks.tokenizer.fast_bpe import FastBPE, fast_bpe

@@ -16,7 +16,8 @@ import shutil
 from pathlib import Path
 from typing import Callable
 
-from model.data import CHANNELS, MANIFEST
+from model.data import MANIFEST
+from pretrain.channels import CHANNELS
 from pretrain.config import TokenizeConfig
 from tasks.common.outputs import read_json, require_complete, staged_output, write_json
 from tasks.common.pool import map_local

@@ -20,7 +20,7 @@ from model.spec import picked
 from pretrain.config import ModelConfig, TrainConfig
 from tasks.train.comm_model import (COMM_BOUND_SHARE, DEEPSPEED_BUCKET, Cluster, Layout, ModelSize, bandwidth_from,
                                     best, bucket_candidates, comm_bound, predict)
-from tasks.train.launch import cluster_hosts
+from tasks.common.hosts import cluster_hosts
 
 PLAN_FILE = "comm_plan.json"
 ZERO3_PROFILE_DIR = "profile-zero3"  # under preflight/: the profiled ZeRO-3 steps

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from pretrain.config import TrainConfig
-from tasks.train.launch import on_node
+from tasks.common.hosts import on_node
 
 PORT_FILE = "master_port"
 # binds as torch's TCPStore does (SO_REUSEADDR): free unless something listens there; port 0 asks for any free one

@@ -22,8 +22,9 @@ from pretrain.config import ModelConfig, TrainConfig
 from tasks.common.lifetime import kill_group, sigterm_on_parent_death, stop_gracefully
 from tasks.common.failures import transient_text
 from tasks.train.hang import FrozenJobMonitor, archive_hang, describe, hang_report
+from tasks.common.hosts import on_node, read_hostfile
 from tasks.train.launch import (LaunchFailed, RemoteRanks, env_with_file, hostfile_for, master_address, node_commands,
-                          on_node, read_hostfile, run_nodes, secrets_for_ranks, sigterm_kills)
+                                run_nodes, secrets_for_ranks, sigterm_kills)
 from tasks.common.ports import free_port
 from tasks.train.rendezvous import PortUnavailable, is_local, master_port
 from tasks.train.comm_plan import plan_launch, render

@@ -5,7 +5,8 @@ reject; this report points at it (shard, row, source) so it can be read.
 """
 from __future__ import annotations
 
-from model.data import CHANNELS, training_dataset, training_sampler
+from model.data import training_dataset, training_sampler
+from pretrain.channels import CHANNELS
 from model.spec import DataSpec
 
 MAX_SAMPLES_PER_RANGE = 2000  # a wide skip is summarised from an even sample of its positions

@@ -21,7 +21,7 @@ def run_flow(stage: str, data: dict, tmp: Path, api_url: str | None = None) -> d
     config = tmp / f"{stage}.yaml"
     config.write_text(yaml.safe_dump(data, allow_unicode=True))
     env = {**os.environ, **({"PREFECT_API_URL": api_url} if api_url else {})}
-    proc = subprocess.run([sys.executable, "-m", "pretrain.cli", stage, "--config", str(config)],
+    proc = subprocess.run([sys.executable, "-m", "cli", stage, "--config", str(config)],
                           capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = "\n" + proc.stdout
@@ -73,7 +73,7 @@ def prefect_server(monkeypatch, tmp_path_factory, migrated_prefect_db):
 @pytest.fixture(scope="session")
 def shared_prefect(tmp_path_factory, migrated_prefect_db):
     """One Prefect server for the flow tests that only need a server to run on, as a team's long-running one: a
-    temporary server of each run's own costs 5-15 s here to start. (That path runs in tests/pretrain/test_cli.py,
+    temporary server of each run's own costs 5-15 s here to start. (That path runs in tests/cli/test_main.py,
     test_secrets.py and test_lease.py.)"""
     home = prefect_home(tmp_path_factory.mktemp("shared-prefect-home"), migrated_prefect_db)
     with running_server(home) as url:

@@ -30,7 +30,7 @@ def snapshot(folder) -> dict:
 
 
 def cli(command: str, config, *args) -> dict:
-    proc = subprocess.run([sys.executable, "-m", "pretrain.cli", command, "--config", str(config), *args],
+    proc = subprocess.run([sys.executable, "-m", "cli", command, "--config", str(config), *args],
                           capture_output=True, text=True, cwd=ROOT, env=os.environ, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = "\n" + proc.stdout

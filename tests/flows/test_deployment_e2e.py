@@ -80,7 +80,7 @@ def postgres():
 @pytest.fixture(scope="module")
 def pg_stack(tmp_path_factory, postgres):
     """What a team runs: the Prefect server on PostgreSQL. One stack for the module: each costs a minute to bring
-    up and down. (The default SQLite server runs in tests/pretrain/test_cli.py and `make demo`.)"""
+    up and down. (The default SQLite server runs in tests/cli/test_main.py and `make demo`.)"""
     yield from services(tmp_path_factory.mktemp("pg-stack"), {"PREFECT_API_DATABASE_CONNECTION_URL": postgres["url"],
                                                                "PREFECT_WORKER_QUERY_SECONDS": "2"})  # not 10
 
@@ -222,7 +222,7 @@ def test_full_deployment_fails_mid_training_and_a_retry_runs_only_what_did_not_f
 
 
 def stage_status(env, config: Path) -> dict[str, dict]:
-    proc = subprocess.run([sys.executable, "-m", "pretrain.cli", "status", "--config", str(config), "--json"],
+    proc = subprocess.run([sys.executable, "-m", "cli", "status", "--config", str(config), "--json"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return {r["stage"]: r for r in json.loads(proc.stdout)}

@@ -49,7 +49,7 @@ def test_tiny_sweep_fits_a_law_that_the_planner_uses(prepared_run, tmp_path, sha
     assert all(client.get_metric_history(r.info.run_id, "loss") for r in points)  # the ranks logged their curves
 
     config = tmp_path / "scaling.yaml"
-    plan = subprocess.run([sys.executable, "-m", "pretrain.cli", "plan", "--config", str(config), "--flops", "1e12",
+    plan = subprocess.run([sys.executable, "-m", "cli", "plan", "--config", str(config), "--flops", "1e12",
                            "--json"], capture_output=True, text=True, cwd=ROOT, check=True)
     planned = json.loads(plan.stdout)
     assert planned["law"] == "fitted" and planned["flops"] == 1e12

@@ -95,7 +95,7 @@ def test_a_killed_orchestrator_leaves_no_secrets_file(prepared_run, tmp_path, mi
     env = {**os.environ, "MLFLOW_TRACKING_PASSWORD": MLFLOW_PASSWORD,
            "PREFECT_HOME": str(prefect_home(tmp_path / "prefect-home", migrated_prefect_db))}
     root_dir = Path(__file__).resolve().parents[2]
-    cli = subprocess.Popen([sys.executable, "-m", "pretrain.cli", "train", "--config", str(config)], cwd=root_dir,
+    cli = subprocess.Popen([sys.executable, "-m", "cli", "train", "--config", str(config)], cwd=root_dir,
                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     metrics, deadline = root / "train" / "metrics.jsonl", time.time() + 300
     while not (metrics.is_file() and '"step"' in metrics.read_text()):  # the ranks are past their start

@@ -1,5 +1,5 @@
 """Planned versions in the flows: computed once per pipeline run, again for the next run."""
-import tasks.common.versions as versions
+import tasks.versions as versions
 from flows.versions import versions_of_run
 from pretrain.config import parse_config
 from tests.conftest import tiny_dict

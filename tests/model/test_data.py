@@ -5,8 +5,9 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from model.data import (CHANNELS, BlendSchedule, DataError, GlobalSampler, SamplerState, ShardError, TokenDataset,
+from model.data import (BlendSchedule, DataError, GlobalSampler, SamplerState, ShardError, TokenDataset,
                         open_shard, rank_slice, sampler_for, token_ledger)
+from pretrain.channels import CHANNELS
 
 
 def stream(tokens_dir, entries):

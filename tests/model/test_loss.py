@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 
 from model.checkpoint_eval import channel_loss
-from model.data import CHANNELS
+from pretrain.channels import CHANNELS
 from model.llama import ModelArgs, Transformer
 from model.loss import token_cross_entropy
 from model.steps import N_CHANNELS, STATS, step_loss

@@ -61,12 +61,12 @@ def test_a_file_url_lands_where_it_says_and_one_with_credentials_is_refused(tmp_
 
     data["train"]["mirror_url"] = f"file://user:Hunter2pw@localhost{tmp_path / 'backup'}"
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(data))
-    proc = subprocess.run([sys.executable, "-m", "pretrain.cli", "check-config", "--config", str(tmp_path / "c.yaml")],
+    proc = subprocess.run([sys.executable, "-m", "cli", "check-config", "--config", str(tmp_path / "c.yaml")],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert proc.returncode != 0 and "a file:// URL takes a local path and no user, password or host" in proc.stderr
     assert "Hunter2pw" not in proc.stdout + proc.stderr
     data["train"]["mirror_url"] = "backups/run"  # relative: it would land wherever the job starts
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(data))
-    proc = subprocess.run([sys.executable, "-m", "pretrain.cli", "check-config", "--config", str(tmp_path / "c.yaml")],
+    proc = subprocess.run([sys.executable, "-m", "cli", "check-config", "--config", str(tmp_path / "c.yaml")],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert proc.returncode != 0 and "is a relative path" in proc.stderr

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from model.data import CHANNELS
+from pretrain.channels import CHANNELS
 from model.evaluate import perplexities
 from model.guard import Guard, fault_point
 from model.llama import ModelArgs, Transformer

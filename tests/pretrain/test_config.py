@@ -71,7 +71,7 @@ def test_config_is_frozen(tiny_cfg):
 def test_cli_reports_one_clear_error(tmp_path, content, expected):
     path = tmp_path / "c.yaml"
     path.write_text(content)
-    proc = subprocess.run([sys.executable, "-m", "pretrain.cli", "clean", "--config", str(path)],
+    proc = subprocess.run([sys.executable, "-m", "cli", "clean", "--config", str(path)],
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 2
     assert expected in proc.stderr

@@ -65,13 +65,13 @@ def test_the_cli_refuses_a_stage_another_run_is_running_on_the_run_root(tmp_path
     config.write_text(yaml.safe_dump(data))
     home = prefect_home(tmp_path / "prefect-home", migrated_prefect_db)
     with lease(tmp_path / "run", "clean"):  # the other run
-        proc = subprocess.run([sys.executable, "-m", "pretrain.cli", "clean", "--config", str(config)], cwd=ROOT,
+        proc = subprocess.run([sys.executable, "-m", "cli", "clean", "--config", str(config)], cwd=ROOT,
                               capture_output=True, text=True, timeout=600,
                               env={**os.environ, "PREFECT_HOME": str(home)})
     assert proc.returncode == 1 and "its clean stage is being run by pid" in proc.stderr
     assert not (tmp_path / "run" / "clean").exists() and not (tmp_path / "run" / "clean.shards").exists()
     with lease(tmp_path / "run", "train"):  # a training reads the tokens: `pretrain tokenize` must not replace them
-        proc = subprocess.run([sys.executable, "-m", "pretrain.cli", "tokenize", "--config", str(config)], cwd=ROOT,
+        proc = subprocess.run([sys.executable, "-m", "cli", "tokenize", "--config", str(config)], cwd=ROOT,
                               capture_output=True, text=True, timeout=600,
                               env={**os.environ, "PREFECT_HOME": str(home)})
     assert proc.returncode == 1 and "would rewrite what its train stage is reading" in proc.stderr

@@ -1,6 +1,6 @@
 """Per-node preflight over two simulated nodes on this machine; one of them unreachable."""
 from pretrain.config import parse_config
-from tasks.train.launch import read_hostfile
+from tasks.common.hosts import read_hostfile
 from tasks.preflight.checks import FAIL, PASS, WARN
 from tasks.preflight.nodes import run_node_checks
 from tests.conftest import tiny_dict

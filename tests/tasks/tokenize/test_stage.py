@@ -5,7 +5,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from model.data import CHANNELS, open_shard, read_manifest
+from model.data import open_shard, read_manifest
+from pretrain.channels import CHANNELS
 from tasks.tokenize import run_tokenize
 from tasks.tokenize.parts import tokenize_part
 from tasks.tokenize.stage import complete, count_rejects_locally, plan_reject_counts, prepare, run_parts_locally

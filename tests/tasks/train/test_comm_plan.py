@@ -4,7 +4,7 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from pretrain.cli import main as cli
+from cli.main import main as cli
 from pretrain.config import TrainConfig
 from tasks.train.comm_plan import (CommPlan, grad_accum_for, make_plan, measured, measured_from, plan_tags, render,
                                    settled)

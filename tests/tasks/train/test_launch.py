@@ -13,7 +13,8 @@ import psutil
 import pytest
 
 from pretrain.config import HostConfig
-from tasks.train.launch import check_deepspeed_exports, node_commands, on_node, read_hostfile, write_hostfile
+from tasks.common.hosts import on_node, read_hostfile, write_hostfile
+from tasks.train.launch import check_deepspeed_exports, node_commands
 from tasks.train.run import TrainingFailed, run_train
 
 TWO_NODES = [HostConfig(name="127.0.0.1", slots=1), HostConfig(name="localhost", slots=1)]

@@ -23,6 +23,7 @@ from pydantic import BaseModel
 from model.redact import redact
 from pretrain import PROJECT_ROOT
 from pretrain.config import SECTIONS_NEEDED, PipelineConfig, changes_result
+from tasks.clean.shards import plan_shards, rule_file_stamps
 from tasks.common.outputs import is_complete, read_json, write_json
 
 VERSION_FILE = "version.json"
@@ -84,8 +85,6 @@ def section_fields(cfg: PipelineConfig, path: str) -> dict:
 def outside_inputs(cfg: PipelineConfig, stage: str) -> list:
     if stage != "clean" or cfg.clean is None:
         return []
-    from tasks.clean.shards import plan_shards, rule_file_stamps
-
     # the files alone: a changed setting is already a changed field, and must not read as changed input files
     return [spec.files for spec in plan_shards(cfg.clean)] + [rule_file_stamps(cfg.clean)]
 

@@ -9,7 +9,7 @@
 
 Each subcommand runs the same Prefect flow that the deployments run; without a
 Prefect server configured (PREFECT_API_URL), the CLI starts one temporary server
-for the run and all its processes (pretrain/local_server.py).
+for the run and all its processes (cli/local_server.py).
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from model.redact import redact
 from pretrain.config import ConfigError, load_config
-from pretrain.local_server import ServerFailed, prefect_api
+from cli.local_server import ServerFailed, prefect_api
 
 STAGES = ("clean", "tokenizer", "tokenize", "preflight", "train")
 
@@ -57,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     st = sub.add_parser("status", help="per stage: up to date, would rerun (and why) or missing; runs nothing")
     st.add_argument("--config", required=True)
     st.add_argument("--json", action="store_true", help="print the rows as JSON")
+    sync = sub.add_parser("mlflow-sync", help="send the MLflow writes kept while the tracking server was down "
+                          "(each stage sends them when it starts, too)")
+    sync.add_argument("--config", required=True)
     lin = sub.add_parser("lineage", help="from the registered model (alias newest) back to its training run, the "
                          "stage runs at the versions it was trained on, and the clean manifest")
     lin.add_argument("--config", required=True)
@@ -64,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev = sub.add_parser("eval", help="score a saved checkpoint on held-out data (and lm-eval tasks), log it to MLflow")
     ev.add_argument("--config", required=True)
     ev.add_argument("--checkpoint", default=None, help="checkpoint tag; default: the newest complete one")
-    from pretrain.cli_plan import add_parser as add_plan
+    from cli.plan import add_parser as add_plan
 
     add_plan(sub)
     sc = sub.add_parser("scaling", help="train the scaling grid (scaling.budgets x scaling.dims) and fit the law")
@@ -173,7 +176,7 @@ def check_config_command(cfg) -> int:
 
 
 def status_command(cfg, as_json: bool) -> int:
-    from tasks.common.versions import status
+    from tasks.versions import status
 
     rows = status(cfg)
     if as_json:
@@ -184,7 +187,38 @@ def status_command(cfg, as_json: bool) -> int:
     for r in rows:
         if r.get("warning"):
             print(r["warning"])
+    if kept := mlflow_kept(cfg):
+        print(kept)
     return 0
+
+
+def mlflow_kept(cfg) -> str | None:
+    """A line on the MLflow writes kept while the tracking server was down, None when there are none."""
+    from flows.mlflow_journal import Journal
+    from flows.tracking import tracking_uri
+
+    journal = Journal(cfg.run_root_path(), tracking_uri(cfg))
+    if not (count := journal.pending()):
+        return None
+    return (f"MLflow: {count} write(s) kept while the tracking server was down ({journal.path}); the runs they "
+            f"end stay RUNNING until they are sent: by the next stage, or now with `pretrain mlflow-sync`")
+
+
+def mlflow_sync_command(cfg) -> int:
+    from flows.mlflow_journal import Journal
+    from flows.tracking import tracking_uri, unreachable
+
+    uri = tracking_uri(cfg)
+    journal = Journal(cfg.run_root_path(), uri)
+    if not journal.pending():
+        print("MLflow: nothing kept, nothing to send")
+        return 0
+    if problem := unreachable(uri):
+        print(f"error: {problem}; {journal.pending()} write(s) stay kept in {journal.path}", file=sys.stderr)
+        return 1
+    sent, left = journal.replay()
+    print(f"MLflow: sent {sent} kept write(s)" + (f"; {left} still kept in {journal.path}" if left else ""))
+    return 1 if left else 0
 
 
 def lineage_command(cfg, alias: str) -> int:
@@ -208,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "extend-tokenizer":
         return extend_command(args)
     if args.command == "plan":
-        from pretrain.cli_plan import run_plan
+        from cli.plan import run_plan
 
         return run_plan(args)
     try:
@@ -222,6 +256,8 @@ def main(argv: list[str] | None = None) -> int:
         return status_command(cfg, args.json)
     if args.command == "lineage":
         return lineage_command(cfg, args.alias)
+    if args.command == "mlflow-sync":
+        return mlflow_sync_command(cfg)
     if args.command == "export-hf":
         return export_command(cfg, args)
     try:

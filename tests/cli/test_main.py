@@ -11,7 +11,7 @@ from tests.conftest import ROOT, prefect_home, tiny_dict
 
 
 def run_cli(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "pretrain.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "cli", *args], capture_output=True, text=True,
                           cwd=cwd, timeout=600)
 
 
@@ -39,7 +39,7 @@ def test_stage_needs_previous_stage(tmp_path):
 
 
 def test_a_stage_is_refused_only_for_sections_it_reads(tmp_path, capsys):
-    from pretrain.cli import main
+    from cli.main import main
 
     full = tiny_dict(tmp_path / "run")
     cfg = write(tmp_path, {key: full[key] for key in ("name", "run_root", "clean")})
@@ -55,7 +55,7 @@ def test_a_stage_is_refused_only_for_sections_it_reads(tmp_path, capsys):
 def test_plan_prints_the_chinchilla_allocation_and_names_missing_inputs(capsys):
     import json as _json
 
-    from pretrain.cli import main
+    from cli.main import main
 
     assert main(["plan", "--flops", "1.21e20", "--gpus", "8", "--gpu", "A100", "--mfu", "0.5", "--json"]) == 0
     planned = _json.loads(capsys.readouterr().out)
@@ -73,7 +73,7 @@ def write(tmp_path, data) -> str:
 
 
 def test_check_config_checks_the_sources_and_the_run_root(tmp_path, capsys):
-    from pretrain.cli import main
+    from cli.main import main
 
     data = tiny_dict(tmp_path / "run")
     assert main(["check-config", "--config", write(tmp_path, data)]) == 0
@@ -96,7 +96,7 @@ def test_check_config_tries_the_tracking_server_and_a_stage_fails_fast_without_i
     import time
 
     from flows.common import tracking_target
-    from pretrain.cli import main
+    from cli.main import main
     from pretrain.config import parse_config
     from tasks.common.ports import free_port
 
@@ -157,7 +157,7 @@ def test_clean_stage_alone_with_one_server_and_nothing_left_running(tmp_path, mi
     (hook / "sitecustomize.py").write_text(PROCESS_LOG_HOOK)
     env = {**os.environ, "PREFECT_HOME": str(home), "PRETRAIN_TEST_PROCESS_LOG": str(log),
            "PYTHONPATH": os.pathsep.join([str(hook), str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-m", "pretrain.cli", "clean", "--config", write(tmp_path, data)],
+    proc = subprocess.run([sys.executable, "-m", "cli", "clean", "--config", write(tmp_path, data)],
                           cwd=ROOT, capture_output=True, text=True, env=env, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (tmp_path / "run" / "clean" / "_SUCCESS").is_file() and '"docs_in"' in proc.stdout
@@ -188,7 +188,7 @@ def test_a_killed_cli_leaves_no_pool_worker_or_server_behind(tmp_path, migrated_
     data["clean"]["shard_max_mb"] = 0.5  # many shards: the workers are busy when the CLI dies
     data["clean"]["executor"] = {"kind": "process", "workers": 2}
     home = prefect_home(tmp_path / "prefect-home", migrated_prefect_db)
-    proc = subprocess.Popen([sys.executable, "-m", "pretrain.cli", "clean", "--config", write(tmp_path, data)],
+    proc = subprocess.Popen([sys.executable, "-m", "cli", "clean", "--config", write(tmp_path, data)],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env={**os.environ, "PREFECT_HOME": str(home)})
     deadline = time.time() + 300
@@ -220,7 +220,7 @@ def test_a_run_root_with_quotes_and_corpus_links_out_or_to_nothing_clean_safely(
     data = {key: data[key] for key in ("name", "run_root", "clean")}
     data["clean"]["sources"].append({"path": str(corpus), "name": "linked"})
     home = prefect_home(tmp_path / "prefect-home", migrated_prefect_db)
-    proc = subprocess.run([sys.executable, "-m", "pretrain.cli", "clean", "--config", write(tmp_path, data)],
+    proc = subprocess.run([sys.executable, "-m", "cli", "clean", "--config", write(tmp_path, data)],
                           cwd=ROOT, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "PREFECT_HOME": str(home)})
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -266,7 +266,7 @@ def test_ctrl_c_during_a_pool_stage_ends_the_run_and_its_workers(tmp_path, migra
     data["clean"]["shard_max_mb"] = 0.5  # many shards: the workers are busy when Ctrl-C comes
     data["clean"]["executor"] = {"kind": "process", "workers": 2}
     home = prefect_home(tmp_path / "prefect-home", migrated_prefect_db)
-    proc = subprocess.Popen([sys.executable, "-m", "pretrain.cli", "run", "--config", write(tmp_path, data)],
+    proc = subprocess.Popen([sys.executable, "-m", "cli", "run", "--config", write(tmp_path, data)],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PREFECT_HOME": str(home)}, start_new_session=True)
     deadline = time.time() + 300

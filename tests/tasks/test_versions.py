@@ -5,7 +5,7 @@ import shutil
 import pytest
 
 from pretrain.config import NO_EFFECT, PipelineConfig, changes_result, parse_config
-from tasks.common.versions import (STAGES, expected_versions, output_dir, record_version, recorded_version,
+from tasks.versions import (STAGES, expected_versions, output_dir, record_version, recorded_version,
                                    section_fields, status, why_rerun)
 from tests.conftest import ROOT, tiny_dict
 
@@ -105,7 +105,7 @@ def test_the_record_holds_the_inputs_and_provenance(recorded_run):
     assert tokens.inputs["clean"] == clean.version and (output_dir(recorded_run, "tokenize") / "version.json").is_file()
     p = tokens.provenance
     assert p["prefect_flow_run_id"] == "flow-run-1" and p["packages"]["torch"] and p["command"]
-    from tasks.common.versions import git
+    from tasks.versions import git
     if (ROOT / ".git").exists():  # what git itself says of this checkout
         assert p["git_commit"] == git("rev-parse", "HEAD")
         assert p["git_dirty"] == bool(git("status", "--porcelain", "--untracked-files=no"))
@@ -116,7 +116,7 @@ def test_the_record_holds_the_inputs_and_provenance(recorded_run):
 def test_provenance_tells_a_clean_tree_from_a_changed_one_and_no_checkout(tmp_path, monkeypatch):
     import subprocess
 
-    import tasks.common.versions as versions
+    import tasks.versions as versions
 
     repo = tmp_path / "repo"
     repo.mkdir()

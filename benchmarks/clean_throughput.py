@@ -40,7 +40,7 @@ import pyarrow.parquet as pq  # noqa: E402
 from pretrain.config import CleanConfig, SourceConfig  # noqa: E402
 from tasks.clean.dedup import exact_duplicates  # noqa: E402
 from tasks.clean.readers import RawDoc  # noqa: E402
-from tasks.clean.stage_parts import Cleaner  # noqa: E402
+from tasks.clean.judge import Cleaner  # noqa: E402
 from benchmarks._corpus import benchmark_parser  # noqa: E402
 from benchmarks._memory import run_measured  # noqa: E402
 

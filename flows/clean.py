@@ -12,6 +12,7 @@ from flows.versions import planned_version, record, reused
 from pretrain.config import CleanConfig, PipelineConfig, resolve_config
 from tasks.clean.shards import ShardSpec, clean_shard
 from tasks.clean.stage import complete, prepare
+from tasks.clean.tally import rule_table
 from tasks.common.failures import retry_if_transient
 from tasks.common.outputs import read_json
 
@@ -32,18 +33,6 @@ def clean_shard_task(cfg: CleanConfig, spec: ShardSpec, work_dir: str) -> dict:
 @task(name="dedup-and-write")
 def finalize_task(cfg: CleanConfig, specs: list[ShardSpec], metas: list[dict], work_dir: str, out_dir: str) -> dict:
     return complete(cfg, specs, metas, Path(work_dir), Path(out_dir))
-
-
-def rule_table(stats_path: Path, unreadable: list[dict]) -> list[dict]:
-    """Documents and characters per outcome / rule / reason, all channels together, largest first."""
-    import duckdb
-
-    rows = duckdb.execute("""
-        SELECT outcome, rule, reason, sum(docs)::BIGINT AS documents, sum(chars)::BIGINT AS characters
-        FROM read_parquet(?) GROUP BY ALL ORDER BY outcome, documents DESC""", [[str(stats_path)]]).fetchall()
-    table = [dict(zip(("outcome", "rule", "reason", "documents", "characters"), r)) for r in rows]
-    return table + [{"outcome": "unreadable file", "rule": "", "reason": u["path"],
-                     "documents": u["docs_read_before_error"], "characters": 0} for u in unreadable]
 
 
 def decontamination_rows(report: dict) -> list[dict]:

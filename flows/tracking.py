@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import os
 import re
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 from model.redact import redact_url
@@ -30,9 +34,6 @@ def tracking_uri(cfg: PipelineConfig) -> str:
 def unreachable(uri: str, timeout_s: float = 10.0) -> str | None:
     """Why an MLflow tracking server does not answer (in words and with the fix), or None when it does or the
     store is local. MLflow's own client retries an unreachable server for minutes before it says so."""
-    import urllib.error
-    import urllib.parse
-    import urllib.request
 
     parts = urllib.parse.urlsplit(uri)
     if parts.scheme not in ("http", "https"):
@@ -108,7 +109,6 @@ def log_params(uri: str, run_id: str, params: dict) -> None:
 
 def metric_points(metrics: dict, step: int = 0) -> list[list]:
     """[name, value, milliseconds, step] of each number in `metrics` (nested dicts as dotted names), taken now."""
-    import time
 
     now = int(time.time() * 1000)
     return [[k, float(v), now, step] for k, v in flattened(metrics).items()

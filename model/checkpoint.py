@@ -7,9 +7,10 @@ then moves `latest`. A tag without COMPLETE is never loaded.
 from __future__ import annotations
 
 import json
-import time
 import os
 import re
+import shutil
+import time
 from pathlib import Path
 
 COMPLETE = "COMPLETE"
@@ -156,7 +157,6 @@ def abandoned_tags(ckpt_dir: Path) -> list[str]:
 def prune_abandoned(ckpt_dir: Path, keep: int) -> list[str]:
     """Delete all but the newest `keep` set-aside checkpoints: each is as large as a live one, and a run that
     rolls back often would otherwise fill the disk with them."""
-    import shutil
 
     victims = abandoned_tags(ckpt_dir)[:-keep] if keep else abandoned_tags(ckpt_dir)
     for name in victims:
@@ -168,7 +168,6 @@ def apply_retention(ckpt_dir: Path, keep_last: int, keep_every: int, busy: set[s
                     keep_abandoned: int = 1) -> list[str]:
     """Delete the victims (never `latest`, nor `busy` tags still uploading); also incomplete tags older than latest,
     and set-aside checkpoints beyond the newest keep_abandoned."""
-    import shutil
 
     ckpt_dir = Path(ckpt_dir)
     tags = complete_tags(ckpt_dir)
@@ -197,7 +196,6 @@ def checkpoint_bytes(ckpt_dir: Path, tag: str) -> int:
 
 def room_for_checkpoint(ckpt_dir: Path, estimate_bytes: int, margin: float = 1.2) -> tuple[bool, int]:
     """Whether the filesystem of ckpt_dir has estimate * margin bytes free; and how many it has."""
-    import shutil
 
     Path(ckpt_dir).mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(ckpt_dir).free

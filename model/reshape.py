@@ -19,6 +19,7 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 from model import checkpoint as ckpt
 
@@ -155,7 +156,6 @@ def optimizer_state_for_every_stage(universal: Path) -> None:
 
 def convert(tag_dir: Path, out: Path) -> None:
     """DeepSpeed's ds_to_universal in this process, one worker (the ranks are busy waiting; no pool to fork)."""
-    from types import SimpleNamespace
 
     from deepspeed.checkpoint.ds_to_universal import main as ds_to_universal
 

@@ -17,6 +17,7 @@ every step the checkpoint holds.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import math
 import os
@@ -366,7 +367,6 @@ def announce(loop: Loop, model: torch.nn.Module, sampler: GlobalSampler, optimiz
 
 
 def train(spec: Spec) -> int:
-    import datetime
 
     deepspeed = import_deepspeed()  # here, so that `--help` and spec errors are fast
 

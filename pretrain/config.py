@@ -11,6 +11,7 @@ import re
 import sysconfig
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError, field_validator,
@@ -494,7 +495,6 @@ def mirror_target(url: str) -> str:
     """The mirror URL as fsspec will read it, or an error naming the problem: a file URL takes a local absolute
     path and no user, password or host (fsspec would read file://user:pw@host/x as a folder named
     "user:pw@host/x" in the working directory); a path without a scheme must be absolute."""
-    from urllib.parse import urlsplit
 
     parts = urlsplit(url)
     if not parts.scheme:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from model.checkpoint import complete_tags
 from model.redact import redact
 from pretrain import PROJECT_ROOT
 from pretrain.config import SECTIONS_NEEDED, PipelineConfig, changes_result
@@ -206,7 +207,6 @@ def checkpoints_lost(cfg: PipelineConfig, rows: dict) -> str | None:
     rerun = [s for s in ("clean", "tokenizer", "tokenize") if rows[s]["state"] == "would rerun"]
     if not rerun:
         return None
-    from model.checkpoint import complete_tags
 
     tags = complete_tags(cfg.run_root_path() / "train" / "checkpoints")
     if not tags:

@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from pretrain.config import EvalSet, SourceConfig
+from tasks.clean.normalize import to_simplified
 from tasks.clean.readers import expand_source, file_format, starts_json_array
 
 _CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
@@ -43,7 +44,6 @@ def _simplified_characters() -> dict[str, str]:
     """Each Traditional CJK character's Simplified form (OpenCC t2s, character by character): a benchmark published
     in Traditional script is found in a Simplified corpus, and the other way round, whether or not the clean stage
     converts its documents (clean.normalize.traditional_to_simplified)."""
-    from tasks.clean.normalize import to_simplified
 
     table = {}
     for low, high in ((0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF)):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -19,9 +20,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pretrain.config import CleanConfig, SourceConfig
-from tasks.clean.readers import SourceError, expand_source, iter_files, source_fs
-from tasks.clean.stage_parts import REJECT_SCHEMA, Cleaner, Tally
+from tasks.clean.judge import Cleaner
 from tasks.clean.minhash import MinHasher
+from tasks.clean.readers import SourceError, expand_source, iter_files, source_fs
+from tasks.clean.tally import REJECT_SCHEMA, Tally
 from tasks.common.outputs import is_complete, read_json, staged_output, write_json
 
 KEPT_SHARD_SCHEMA = pa.schema([("id", pa.string()), ("source", pa.string()), ("channel", pa.string()),
@@ -118,10 +120,10 @@ def shard_done(work_dir: Path, spec: ShardSpec) -> bool:
 
 
 def judge_into(cleaner: Cleaner, hasher: MinHasher, cfg: CleanConfig, raw, kept_rows: list, reject_rows: list,
-               tally: Tally, repairs: dict) -> None:
+               tally: Tally, repairs: Counter, lines_removed: Counter) -> None:
     v = cleaner.judge(raw)
-    for r in v.repairs:
-        repairs[r] = repairs.get(r, 0) + 1
+    repairs.update(v.repairs)
+    lines_removed.update(v.lines_removed)
     row = {"id": raw.doc_id, "source": raw.source, "channel": v.channel, "text": v.text,
            "flags": v.flags, "scores": v.scores}
     if v.failure:
@@ -146,17 +148,18 @@ def clean_shard(cfg: CleanConfig, spec: ShardSpec, work_dir: Path) -> dict:
     source: SourceConfig = cfg.sources[spec.source_index]
     tally = Tally(cfg.reject_samples_per_reason)
     kept_rows, reject_rows, unreadable = [], [], []
-    docs, repairs = 0, {}
+    docs, repairs, lines_removed = 0, Counter(), Counter()
     cap = 4 * cfg.rules.length.max_chars  # bytes: a document past it is too long, so never read whole
     for raw in iter_files(source_fs(source), spec.paths, source, unreadable, cap):
         docs += 1
-        judge_into(cleaner, hasher, cfg, raw, kept_rows, reject_rows, tally, repairs)
+        judge_into(cleaner, hasher, cfg, raw, kept_rows, reject_rows, tally, repairs, lines_removed)
     with staged_output(out) as tmp:
         pq.write_table(pa.Table.from_pylist(kept_rows, schema=KEPT_SHARD_SCHEMA), tmp / "kept.parquet", compression="zstd")
         pq.write_table(pa.Table.from_pylist(reject_rows, schema=REJECT_SCHEMA), tmp / "rejects.parquet", compression="zstd")
         write_json(tmp / "tally.json", tally.to_json())
         meta = {"shard_id": spec.shard_id, "paths": list(spec.paths), "fingerprint": spec.fingerprint, "docs": docs,
-                "kept": len(kept_rows), "rejected": len(reject_rows), "repairs": repairs,
+                "kept": len(kept_rows), "rejected": len(reject_rows), "repairs": dict(repairs),
+                "lines_removed": dict(lines_removed),
                 "unreadable": [asdict(u) for u in unreadable], "classifier": cleaner.classifier_report(),
                 "eval_sets": cleaner.eval_set_report()}
         write_json(tmp / "meta.json", meta)

@@ -31,6 +31,13 @@ from dataclasses import dataclass, field
 
 import fsspec
 
+from pretrain.config import DedupConfig
+from tasks.clean.channel import detect_channel
+from tasks.clean.dedup import UnionFind
+from tasks.clean.features import DocFeatures
+from tasks.clean.minhash import MinHasher, NearIndex
+from tasks.clean.normalize import normalize_text
+
 SPAM_LABELS = {"1", "spam", "true", "yes"}
 MIN_CLASS_EXAMPLES = 20  # spam and ham each, per channel: fewer cannot be cross-validated into a threshold
 HAM_LABELS = {"0", "ham", "false", "no"}
@@ -64,9 +71,6 @@ def channel_models(examples: list[tuple[bool, str]], max_chars: int = 2000, max_
                    max_spam_loss: float | None = None) -> dict[str, "SpamModel"]:
     """One model per channel of the examples (zh, en, ...): a pooled model flags most Chinese ham when the English
     examples outnumber the Chinese ones. A channel with fewer than MIN_CLASS_EXAMPLES of spam or of ham gets none."""
-    from tasks.clean.channel import detect_channel
-    from tasks.clean.features import DocFeatures
-    from tasks.clean.normalize import normalize_text
 
     by_channel: dict[str, list[tuple[bool, str]]] = {}
     for is_spam, text in examples:
@@ -161,9 +165,6 @@ def near_duplicate_groups(texts: list[str], channel: str, min_jaccard: float = 0
     """A group id per text of one channel: copies and near-copies (the clean stage's MinHash, Jaccard estimate >=
     min_jaccard) share one, so cross-validation keeps them in one fold. Spam campaigns repeat a message with small
     edits; a copy on each side of a fold scores the model on text it learned and promises a recall it will not reach."""
-    from pretrain.config import DedupConfig
-    from tasks.clean.dedup import UnionFind
-    from tasks.clean.minhash import MinHasher, NearIndex
 
     index, groups = NearIndex(MinHasher(DedupConfig())), UnionFind()
     first_of: dict[str, int] = {}

@@ -10,6 +10,7 @@ Output (complete or absent, see tasks.common.outputs):
 from __future__ import annotations
 
 import shutil
+from collections import Counter
 from pathlib import Path
 from typing import Callable
 
@@ -20,7 +21,7 @@ import pyarrow.parquet as pq
 from pretrain.config import CleanConfig
 from tasks.clean.dedup import find_duplicates
 from tasks.clean.shards import ShardSpec, clean_shard, plan_shards
-from tasks.clean.stage_parts import KEPT_SCHEMA, REJECT_SCHEMA, STATS_SCHEMA, Tally
+from tasks.clean.tally import KEPT_SCHEMA, REJECT_SCHEMA, STATS_SCHEMA, Tally
 from tasks.common.outputs import read_json, staged_output, write_json
 from tasks.common.pool import map_local
 
@@ -90,12 +91,11 @@ def finalize(cfg: CleanConfig, specs: list[ShardSpec], metas: list[dict], work_d
 
 
 def build_manifest(cfg: CleanConfig, metas: list[dict], tally: Tally) -> dict:
-    repairs: dict[str, int] = {}
-    by_source: dict[str, int] = {}
+    repairs, lines_removed, by_source = Counter(), Counter(), Counter()
     for m in metas:
-        for k, v in m["repairs"].items():
-            repairs[k] = repairs.get(k, 0) + v
-        by_source[m["source"]] = by_source.get(m["source"], 0) + m["docs"]
+        repairs.update(m["repairs"])
+        lines_removed.update(m.get("lines_removed", {}))  # a shard reused from before line counts has none
+        by_source[m["source"]] += m["docs"]
     return {
         "docs_in": sum(m["docs"] for m in metas),
         "kept": tally.total("kept"),
@@ -104,8 +104,9 @@ def build_manifest(cfg: CleanConfig, metas: list[dict], tally: Tally) -> dict:
         "rejected_by_reason": tally.by("rejected", 2),
         "rejected_by_rule": tally.by("rejected", 1),
         "tagged_by_reason": tally.by("tagged", 2),
-        "docs_by_source": by_source,
-        "repairs": repairs,
+        "docs_by_source": dict(by_source),
+        "repairs": dict(repairs),
+        "lines_removed": dict(sorted(lines_removed.items())),  # by the rules' line filters, in documents kept or not
         "shards": len(metas),
         "shards_skipped": sum(bool(m.get("skipped")) for m in metas),
         "unreadable_files": [u for m in metas for u in m.get("unreadable") or []],

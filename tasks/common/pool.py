@@ -8,12 +8,12 @@ from functools import partial
 from typing import Callable
 
 from tasks.common.lifetime import worker_init
+from tasks.common.progress import Progress
 
 
 def map_local(fn: Callable, calls: list[tuple], workers: int | None, what: str, unit: str,
               spawn: bool = False, initializer: Callable | None = None) -> list:
     """fn(*args) for each args tuple, on up to `workers` processes (None: one per CPU); results in call order."""
-    from tasks.common.progress import Progress
 
     workers = min(workers or os.cpu_count() or 1, max(len(calls), 1))
     progress = Progress(what, unit, every_s=5)

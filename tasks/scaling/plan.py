@@ -1,6 +1,8 @@
 """The compute-optimal plan for a budget: model size, tokens, predicted loss, nearest preset, wall time."""
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
 
 from pretrain.presets import PRESETS
@@ -24,7 +26,6 @@ def preset_sizes() -> dict[str, int]:
 
 def closest_preset(n: float) -> tuple[str, int]:
     """The preset whose non-embedding size is nearest to n on a log scale."""
-    import math
 
     sizes = preset_sizes()
     name = min(sizes, key=lambda k: abs(math.log(sizes[k] / n)))
@@ -50,7 +51,6 @@ def plan(law: Law, flops: float, tokens_available: float | None = None, max_epoc
 def load_law(fit_path: Path | None, prior: str) -> Law:
     """The fitted law when a fit file exists, else the named prior."""
     if fit_path is not None and Path(fit_path).is_file():
-        import json
 
         data = json.loads(Path(fit_path).read_text())["law"]
         return Law(**data)

@@ -5,9 +5,11 @@ reject; this report points at it (shard, row, source) so it can be read.
 """
 from __future__ import annotations
 
+import pyarrow as pa
+
 from model.data import training_dataset, training_sampler
-from pretrain.channels import CHANNELS
 from model.spec import DataSpec
+from pretrain.channels import CHANNELS
 
 MAX_SAMPLES_PER_RANGE = 2000  # a wide skip is summarised from an even sample of its positions
 
@@ -30,7 +32,6 @@ def skipped_documents(data: DataSpec, ranges: list) -> list[dict]:
 
 def skipped_data_report(data: DataSpec, ranges: list) -> dict:
     import duckdb
-    import pyarrow as pa
 
     rows = skipped_documents(data, ranges)
     if not rows:

@@ -57,3 +57,7 @@ class Rule:
     def edit(self, text: str) -> str:
         """The text as the rules should judge it; unchanged unless the family edits text."""
         return text
+
+    def edit_counted(self, text: str) -> tuple[str, dict[str, int]]:
+        """edit(), and how many lines each of the family's line filters removed (a family that filters lines says)."""
+        return self.edit(text), {}

@@ -100,7 +100,10 @@ class C4Rule(Rule):
     emptied_reason = "c4_all_lines_removed"
 
     def edit(self, text: str) -> str:
-        return c4_filter_lines(text, self.settings)[0] if self.mode == "drop" else text
+        return self.edit_counted(text)[0]
+
+    def edit_counted(self, text: str) -> tuple[str, dict[str, int]]:
+        return c4_filter_lines(text, self.settings) if self.mode == "drop" else (text, {})
 
     def evaluate(self, doc: Doc) -> Outcome:
         s, f, out = self.settings, doc.feats, Outcome(self.name)

@@ -109,12 +109,14 @@ def test_c4_line_filters_and_document_checks():
 def test_c4_edits_the_text_before_it_is_judged_and_names_an_emptied_document():
     from pretrain.config import CleanConfig, SourceConfig
     from tasks.clean.readers import RawDoc
-    from tasks.clean.stage_parts import Cleaner
+    from tasks.clean.judge import Cleaner
 
     cleaner = Cleaner(CleanConfig(sources=[SourceConfig(path="unused.jsonl")]))
     menu = "Home | About | Contact\nThis site uses cookies to improve your experience.\nShare"
     edited = cleaner.judge(RawDoc("a", menu + "\n" + EN_GOOD, "web", None))
     assert edited.failure is None and edited.text == EN_GOOD and edited.repairs == ["c4_lines_removed"]
+    # what each of C4's line filters removed is counted, not thrown away (the stage's manifest sums it)
+    assert edited.lines_removed == {"c4/no_terminal_punct": 2, "c4/policy": 1}
     emptied = cleaner.judge(RawDoc("b", menu, "web", "en"))
     assert (emptied.failure.rule, emptied.failure.reason) == ("c4", "c4_all_lines_removed")
     off = Cleaner(CleanConfig(sources=[SourceConfig(path="unused.jsonl")], rules={"c4": {"mode": "off"}}))

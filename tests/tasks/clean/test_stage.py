@@ -1,3 +1,5 @@
+import json
+
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
@@ -53,7 +55,6 @@ def test_tag_mode_keeps_documents_and_records_scores(tmp_path):
 
 def test_traditional_to_simplified_and_mojibake_repair(tmp_path):
     src = tmp_path / "in.jsonl"
-    import json
 
     zh_trad = "這個城市的公共交通在過去十年裡變化很大。地鐵線路從兩條增加到了十幾條，公車也大多換成了電動車，很多人不再開車上班。"
     en_moji = ("The cafÃ© on the corner serves the best coffee in town, and the owner remembers what each regular "
@@ -189,3 +190,13 @@ def test_changed_input_is_not_skipped(tmp_path):
     assert clean_shard(cfg, spec2, tmp_path / "work")["docs"] == 2
     tighter = cfg.model_copy(update={"rules": cfg.rules.model_copy(update={"length": LengthSettings(min_chars=10_000)})})
     assert plan_shards(tighter)[0].fingerprint != spec2.fingerprint
+
+
+def test_the_manifest_counts_the_lines_each_c4_filter_removed(tmp_path):
+    src = tmp_path / "in.jsonl"
+    menu = "Home | About | Contact\nWe use cookies to improve your experience on our website.\n"
+    src.write_text("".join(json.dumps({"text": t}) + "\n" for t in (menu + GOOD, "Share\n" + GOOD.replace("keeper", "guard"))))
+    cfg = parse_config(tiny_dict(tmp_path, clean={"sources": [{"path": str(src)}], "dedup": {"near": False}})).clean
+    m = run_clean(cfg, tmp_path / "clean")
+    assert m["kept"] == 2 and m["repairs"] == {"c4_lines_removed": 2}
+    assert m["lines_removed"] == {"c4/no_terminal_punct": 2, "c4/policy": 1}

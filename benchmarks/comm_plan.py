@@ -93,7 +93,8 @@ def median_of(found: list[Measured]) -> Measured:
     return Measured(statistics.median(f.busbw_gbps for f in found), first.busbw_source,
                     statistics.median(f.compute_s_per_sample for f in found), first.compute_source, None,
                     statistics.median(f.async_overlap for f in found),
-                    {**first.zero3, "step_s": statistics.median(f.zero3["step_s"] for f in found)})
+                    {**first.zero3, "step_s": statistics.median(f.zero3["step_s"] for f in found)},
+                    statistics.median(f.optimizer_s for f in found))
 
 
 def run_rate(cfg, tmp: Path, rate: float, rows: int, steps: int, repeats: int) -> list[dict]:
@@ -105,7 +106,8 @@ def run_rate(cfg, tmp: Path, rate: float, rows: int, steps: int, repeats: int) -
         found.append(calibrate(cfg, tmp))
         f = found[-1]
         print(f"  round {round_ + 1} calibration: {f.busbw_gbps * 8e3:.0f} Mbit/s bus bandwidth, "
-              f"{f.compute_s_per_sample * 1e3:.1f} ms compute a sample, {f.async_overlap:.0%} of a gather hidden, "
+              f"{f.compute_s_per_sample * 1e3:.1f} ms compute a sample, {f.optimizer_s * 1e3:.1f} ms the optimizer a "
+              f"step, {f.async_overlap:.0%} of a gather hidden, "
               f"ZeRO-3 step {f.zero3['step_s']:.3f} s", flush=True)
         for layout, done in runs.items():
             done.append(measure(cfg, tmp, layout, steps, rate, round_))
@@ -117,7 +119,8 @@ def run_rate(cfg, tmp: Path, rate: float, rows: int, steps: int, repeats: int) -
     notes = []
     cluster = measured_cluster(cfg.train, 2, size, median, notes)
     print(f"\n{rate:g} Mbit/s: calibrated (median of {repeats}) {median.busbw_gbps * 8e3:.0f} Mbit/s bus bandwidth, "
-          f"{median.compute_s_per_sample * 1e3:.1f} ms compute a sample; model {size.params:,} parameters", flush=True)
+          f"{median.compute_s_per_sample * 1e3:.1f} ms compute a sample, {median.optimizer_s * 1e3:.1f} ms the optimizer "
+          f"a step; model {size.params:,} parameters", flush=True)
     for note in notes:
         print(f"  {note}", flush=True)
     return [{"rate": rate, "layout": layout, "predicted": predict(size, layout, cluster), "measured": combined(done)}

@@ -28,6 +28,7 @@ from model.data import union_of as merged
 PROFILE_FILE = "comm_profile.json"
 BACKWARD_EVENT = "autograd::engine::evaluate_function"  # one per autograd node run; gradient hooks run inside
 BACKWARD_MARK = "pretrain::backward"  # model/steps.py names each micro-step's backward (DeepSpeed's, epilogue too)
+STEP_MARK = "pretrain::step"  # ... and each engine.step(): the optimizer's update at the boundary, nothing between
 
 
 def comm_seconds(prof) -> float:
@@ -56,6 +57,16 @@ def backward_before_last_node(events: list) -> list[tuple[float, float]]:
         if starts:
             spans.append((mark.start, max(starts)))
     return merged(spans)
+
+
+def optimizer_seconds(prof) -> float:
+    """Time in the marked engine.step() calls outside any collective: the optimizer's update, paid once a step
+    whatever the accumulation (counted as compute of the samples, it made every accumulating layout look slower)."""
+    events = [e for e in prof.events() if e.time_range.end > e.time_range.start]
+    comm = merged([(e.time_range.start, e.time_range.end) for e in events
+                   if e.name.startswith("gloo:") or "nccl" in e.name.lower()])
+    spans = merged([(e.time_range.start, e.time_range.end) for e in events if e.name == STEP_MARK])
+    return sum(e - s - covered((s, e), comm) for s, e in spans) / 1e6
 
 
 def overlapped_seconds(prof) -> tuple[float, float]:
@@ -87,10 +98,12 @@ def profile_steps(run_step: Callable[[], None], steps: int, out_dir: Path, comm:
     with profile(activities=activities) as prof:
         wall = timed_steps(run_step, steps)
     unprofiled = timed_steps(run_step, steps)
-    local = torch.tensor([min(comm_seconds(prof) / wall, 1.0), wall, *overlapped_seconds(prof)])
+    local = torch.tensor([min(comm_seconds(prof) / wall, 1.0), wall, *overlapped_seconds(prof),
+                          min(optimizer_seconds(prof) / wall, 1.0)])
     shares = [s.tolist() for s in comm.all_gather(local)]
     comm_total, overlapped = sum(s[2] for s in shares), sum(s[3] for s in shares)
     result = {"comm_share": max(s[0] for s in shares), "per_rank_share": [round(s[0], 4) for s in shares],
+              "optimizer_share": max(s[4] for s in shares),
               "comm_overlap_share": overlapped / comm_total if comm_total else 0.0, "wall_s": wall, "steps": steps,
               "unprofiled_wall_s": comm.agree([unprofiled], "max")[0], "world_size": comm.world, "backend": comm.backend, **(layout or {})}
     if comm.rank == 0:

@@ -17,7 +17,7 @@ import torch
 
 from model.batches import BatchPrefetcher
 from model.comm import Comm
-from model.comm_profile import BACKWARD_MARK
+from model.comm_profile import BACKWARD_MARK, STEP_MARK
 from model.data import SamplerState
 from pretrain.channels import CHANNELS
 from model.guard import fault_point
@@ -122,7 +122,8 @@ def train_step(engine, batches: BatchPrefetcher, t: TrainSpec, step: int, lr_sca
             loss, cross_entropy = loss * factor, cross_entropy * factor
         with torch.profiler.record_function(BACKWARD_MARK):  # the overlap measure's window (model/comm_profile.py)
             engine.backward(loss)
-        engine.step()
+        with torch.profiler.record_function(STEP_MARK):  # the optimizer's share (model/comm_profile.py)
+            engine.step()
         stats[0] += cross_entropy / t.grad_accum  # the figure every run reports, whatever its z-loss
     norm = engine.get_global_grad_norm()
     norm = norm.detach().clone() if torch.is_tensor(norm) else norm

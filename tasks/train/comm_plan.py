@@ -37,6 +37,7 @@ class Measured:
     profile_comm_share: float | None
     async_overlap: float | None = None    # share of an asynchronous gather hidden behind compute (model/overlap_probe)
     zero3: dict | None = None             # preflight's ZeRO-3 steps: step_s and the layout (ranks, grad_accum, bucket)
+    optimizer_s: float = 0.0              # the optimizer's update, once a step (preflight's profile)
 
 
 @dataclass
@@ -109,20 +110,22 @@ def _measured_bandwidth(checks: list[dict], profile: dict, samples: int) -> Meas
     # the profiler slows compute and the waits of collectives alike: its share of communication holds, scaled to
     # the step as training runs it
     step_s = step_seconds(profile)
-    compute = step_s * (1 - profile["comm_share"]) / samples
+    optimizer_s = step_s * profile.get("optimizer_share", 0.0)  # a profile of an older version has none
+    compute = (step_s * (1 - profile["comm_share"]) - optimizer_s) / samples
     source = f"preflight's profiled steps on {profile['world_size']} ranks"
     by_name = {c["name"]: c for c in checks}
     if by_name.get("nccl_tests_all_reduce", {}).get("value"):
         return Measured(by_name["nccl_tests_all_reduce"]["value"], "nccl_tests_all_reduce", compute, source,
-                        profile["comm_share"])
+                        profile["comm_share"], optimizer_s=optimizer_s)
     if profile.get("params") and profile["world_size"] > 1 and profile["comm_share"] > 0:
         size = ModelSize(profile["params"], 0, 0, 0, profile["bytes_per_param"])
         layout = Layout(profile["zero_stage"], 0, profile["grad_accum"], profile.get("bucket") or DEEPSPEED_BUCKET)
         latency = LATENCY_S["cpu" if "nccl" not in profile.get("backend", "") else "cuda"]
         busbw = bandwidth_from(step_s * profile["comm_share"], size, layout, profile["world_size"], latency)
-        return Measured(busbw, source, compute, source, profile["comm_share"])
+        return Measured(busbw, source, compute, source, profile["comm_share"], optimizer_s=optimizer_s)
     if by_name.get("allreduce_probe", {}).get("value"):
-        return Measured(by_name["allreduce_probe"]["value"], "allreduce_probe", compute, source, profile["comm_share"])
+        return Measured(by_name["allreduce_probe"]["value"], "allreduce_probe", compute, source, profile["comm_share"],
+                        optimizer_s=optimizer_s)
     return None
 
 
@@ -164,7 +167,7 @@ def make_plan(model: ModelConfig, train: TrainConfig, vocab_rows: int, ranks: in
                  f"ZeRO-{FALLBACK_STAGE} and the model in 8 buckets; run preflight for a measured plan"]
         return CommPlan(ranks, choice, notes=notes)
     notes = [f"bandwidth {found.busbw_gbps:g} GB/s from {found.busbw_source}; {found.compute_s_per_sample * 1e3:.3g} "
-             f"ms of compute a sample from {found.compute_source}"]
+             f"ms of compute a sample and {found.optimizer_s * 1e3:.3g} ms of optimizer a step from {found.compute_source}"]
     cluster = measured_cluster(train, ranks, size, found, notes, memory_gb)
     predictions = [predict(size, layout, cluster) for layout in layouts]
     chosen = best(predictions)
@@ -180,7 +183,7 @@ def measured_cluster(train: TrainConfig, ranks: int, size: ModelSize, found: Mea
     """The cluster the model predicts for, from what preflight measured; what it takes from each measurement is
     said in notes."""
     cluster = Cluster(ranks, found.busbw_gbps, LATENCY_S[train.accelerator], found.compute_s_per_sample,
-                      overlaps=train.accelerator == "cuda" and train.overlap_comm,
+                      optimizer_s=found.optimizer_s, overlaps=train.accelerator == "cuda" and train.overlap_comm,
                       gather_hidden=found.async_overlap or 0.0, memory_gb=memory_gb)
     if found.async_overlap is not None and not cluster.overlaps:
         notes.append(f"preflight's probe hid {found.async_overlap:.0%} of an asynchronous all-gather behind compute: "

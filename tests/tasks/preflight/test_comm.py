@@ -22,6 +22,7 @@ def test_comm_share_of_two_cpu_ranks(prepared_run):
     assert result["world_size"] == 2 and result["backend"] == "gloo" and result["steps"] == 3
     assert 0 < result["comm_share"] < 1 and len(result["per_rank_share"]) == 2
     # as many steps again without the profiler: the plan's figures leave the profiler's cost out
+    assert 0 < result["optimizer_share"] < 0.5  # the marked engine.step() calls, collectives left out
     assert 0 < result["unprofiled_wall_s"] and len(read_metrics(root / "preflight" / "profile")) == 2 * 3 + 1
     # the default bucket (auto, before any measurement) splits the gradients: the first reduces during the backward
     assert result["bucket"] < result["params"] and 0 < result["comm_overlap_share"] < 1

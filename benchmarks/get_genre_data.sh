@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Lays out the public files the genre benchmark reads (benchmarks/_genre_data.py) under DEST, each repository at
+# the commit the benchmark pins, as `<owner>+<name>/<path>`; genre_keep.py checks every source by hash.
+#
+#   bash benchmarks/get_genre_data.sh DEST [MIRRORS]
+#
+# MIRRORS: a folder of bare clones as `<owner>+<name>/repo` (read instead of cloning from GitHub when present).
+# Only text files are extracted (.txt .csv .md); files a mirror lacks are skipped and then fail the hash check.
+set -euo pipefail
+dest=${1:?usage: get_genre_data.sh DEST [MIRRORS]}
+mirrors=${2:-}
+mkdir -p "$dest"
+
+extract() {  # repo commit paths...
+  local repo=$1 commit=$2 name=${1/\//+} git_dir
+  shift 2
+  git_dir=$mirrors/$name/repo
+  if [[ -z "$mirrors" || ! -d "$git_dir" ]]; then
+    git_dir=$dest/.clones/$name.git
+    [[ -d "$git_dir" ]] || git clone --quiet --bare --filter=blob:none "https://github.com/$repo" "$git_dir"
+  fi
+  git -c core.quotepath=false --git-dir="$git_dir" ls-tree -r --name-only "$commit" -- "$@" |
+    while IFS= read -r path; do
+      case "$path" in *.txt | *.csv | *.md) ;; *) continue ;; esac
+      mkdir -p "$dest/$name/$(dirname "$path")"
+      git --git-dir="$git_dir" show "$commit:$path" >"$dest/$name/$path" 2>/dev/null ||
+        { rm -f "$dest/$name/$path"; echo "not in $git_dir: $path" >&2; }
+    done
+  echo "$repo@$commit -> $dest/$name"
+}
+
+extract DiamonWoo/Laosheng.top 960d764c2764edb3314e225cd500a5144b8d56c4 falv/flk.npc
+extract Werneror/Poetry 4cfe49c .
+extract stdlib-js/datasets-spam-assassin 1b84d49ab4b28092ead009b3ceeb67ae525289d1 data
+extract deepspeedai/DeepSpeed edaa7221267243c7be7fb49c5d5f5c4fb97b4641 blogs docs/_tutorials
+extract zhangbiqiong/sanguoyanyi 054f22a1397ad29561ae9f998785780feaecc510 三国演义.txt
+extract karpathy/char-rnn 6f9487a6fe5b420b7ca9afb0d7c078e37c1d1b4e data/tinyshakespeare

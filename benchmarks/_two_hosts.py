@@ -49,8 +49,14 @@ def make_hosts() -> None:
 
 
 def teardown_hosts() -> None:
+    """Also clears what a killed run left: a namespace lives on (and keeps its veth) while a process is in it, so
+    its processes are killed first and the veth deleted by name."""
     for k in range(len(HOSTS)):
-        subprocess.run(["ip", "netns", "del", f"pthost{k}"], capture_output=True)
+        ns = f"pthost{k}"
+        pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
+        subprocess.run(["kill", "-9", *pids], capture_output=True) if pids else None
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        subprocess.run(["ip", "link", "del", f"{ns}-v"], capture_output=True)
     subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True)
 
 

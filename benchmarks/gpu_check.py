@@ -110,14 +110,23 @@ def stop(proc: subprocess.Popen, train_dir: Path) -> None:
     proc.wait()
 
 
+def extension_build_folder() -> str:
+    """The folder torch builds this interpreter's extensions in (torch.utils.cpp_extension._get_build_directory):
+    `py<version><abiflags>_<cpu|cu<version>>`; the check's ranks run this interpreter."""
+    cuda = "cpu" if torch.version.cuda is None else f"cu{torch.version.cuda.replace('.', '')}"
+    return f"py{sys.version_info.major}{sys.version_info.minor}{getattr(sys, 'abiflags', '')}_{cuda}"
+
+
 def release_extension_locks(since: float) -> list[str]:
     """torch's just-in-time extension locks (`<TORCH_EXTENSIONS_DIR>/<build>/<op>/lock`) made since the stopped
-    check started. A rank killed while it loads an op (DeepSpeed's CPU shared-memory op, at every start) leaves
-    its lock behind, and every later launch on this machine waits on it forever. The check's processes are all
-    gone by now, so a lock made since is theirs."""
+    check started, in this interpreter's build folder only. A rank killed while it loads an op (DeepSpeed's CPU
+    shared-memory op, at every start) leaves its lock behind, and every later launch on this machine waits on it
+    forever. The check's processes are all gone by now, so such a lock is theirs; a lock in another interpreter's
+    folder belongs to another job (the suite's `make gpu-sim` building the op for Python 3.12 lost its live lock to
+    this, and failed on FileNotFoundError: .../py312_cu130/deepspeed_shm_comm/lock)."""
     root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "torch_extensions")
     released = []
-    for lock in root.glob("*/*/lock"):
+    for lock in (root / extension_build_folder()).glob("*/lock"):
         try:
             if lock.stat().st_mtime >= since:
                 lock.unlink()

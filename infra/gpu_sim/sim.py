@@ -167,14 +167,6 @@ def explain(found: list[dict]) -> str:
                      f"path, or carry it (infra/gpu_wheels.sh)" for m in found)
 
 
-def build_cpu_ops(python: Path, misses: Path) -> None:
-    """DeepSpeed's CPU shared-memory op compiled once for the environment before any rank starts: the two ranks of
-    preflight's profile otherwise compile it together into one torch_extensions folder, and one of them can fail
-    on the other's lock file (FileNotFoundError: .../deepspeed_shm_comm/lock, seen on a fresh cache)."""
-    subprocess.run([str(python), str(ROOT / "infra" / "build_cpu_ops.py")], env=sim_env(python, misses), cwd=ROOT,
-                   check=True)
-
-
 def run_check(out: Path, work: Path | None, extra: list[str]) -> int:
     python = build_env()
     out.mkdir(parents=True, exist_ok=True)
@@ -182,7 +174,6 @@ def run_check(out: Path, work: Path | None, extra: list[str]) -> int:
     work.mkdir(parents=True, exist_ok=True)
     misses = work / "import-misses.jsonl"
     misses.unlink(missing_ok=True)
-    build_cpu_ops(python, misses)
     cmd = [str(python), str(ROOT / "benchmarks" / "gpu_check.py"), "--sim", "--prepared", str(GPU_DIR / "prepared"),
            "--out", str(out), "--work", str(work), *extra]
     print(f"gpu-sim: PYTHONPATH=.gpu/site {' '.join(cmd)}", flush=True)

@@ -39,15 +39,21 @@ def test_checks_past_their_deadline_are_stopped_with_their_ranks_and_the_budget_
 
 def test_a_stopped_check_releases_the_extension_locks_its_killed_ranks_left(tmp_path, monkeypatch):
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from gpu_check import release_extension_locks
+    from gpu_check import extension_build_folder, release_extension_locks
 
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
-    older = tmp_path / "py311_cpu" / "fused_adam" / "lock"  # another job's, from before the check started
+    own = extension_build_folder()
+    assert own == f"py{sys.version_info.major}{sys.version_info.minor}_cpu"  # torch's name for this CPU venv
+    older = tmp_path / own / "fused_adam" / "lock"  # another job's, from before the check started
     older.parent.mkdir(parents=True)
     older.touch()
     os.utime(older, (time.time() - 600, time.time() - 600))
-    left = tmp_path / "py311_cpu" / "deepspeed_shm_comm" / "lock"
+    left = tmp_path / own / "deepspeed_shm_comm" / "lock"
     left.parent.mkdir(parents=True)
     left.touch()
+    # another interpreter's live build, made while the check ran (the suite's `make gpu-sim` on Python 3.12)
+    other = tmp_path / "py312_cu130" / "deepspeed_shm_comm" / "lock"
+    other.parent.mkdir(parents=True)
+    other.touch()
     assert release_extension_locks(time.time() - 60) == [str(left)]
-    assert older.exists() and not left.exists()
+    assert older.exists() and other.exists() and not left.exists()

@@ -1,0 +1,30 @@
+"""The two-host bed comes up over what a killed run left behind."""
+import subprocess
+
+import pytest
+
+from benchmarks._two_hosts import make_hosts, missing, teardown_hosts
+
+
+@pytest.fixture
+def root_with_namespaces():
+    reason = missing()
+    if reason:
+        pytest.skip(reason)
+    yield
+    teardown_hosts()
+
+
+def test_hosts_come_up_over_a_killed_runs_namespace_that_a_process_still_holds(root_with_namespaces):
+    make_hosts()
+    # A run killed mid-test: its namespace's name is gone but a process still holds it, and with it the veth.
+    holder = subprocess.Popen(["ip", "netns", "exec", "pthost0", "sleep", "600"])
+    try:
+        subprocess.run(["ip", "netns", "del", "pthost0"], check=True)
+        assert "pthost0-v" in subprocess.run(["ip", "link"], capture_output=True, text=True).stdout
+        make_hosts()
+        hosts = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        assert "pthost0" in hosts and "pthost1" in hosts
+    finally:
+        holder.kill()
+        holder.wait()

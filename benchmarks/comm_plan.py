@@ -94,7 +94,8 @@ def median_of(found: list[Measured]) -> Measured:
                     statistics.median(f.compute_s_per_sample for f in found), first.compute_source, None,
                     statistics.median(f.async_overlap for f in found),
                     {**first.zero3, "step_s": statistics.median(f.zero3["step_s"] for f in found)},
-                    statistics.median(f.optimizer_s for f in found))
+                    statistics.median(f.optimizer_s for f in found),
+                    statistics.median(f.reduce_overlap for f in found))
 
 
 def run_rate(cfg, tmp: Path, rate: float, rows: int, steps: int, repeats: int) -> list[dict]:
@@ -107,7 +108,7 @@ def run_rate(cfg, tmp: Path, rate: float, rows: int, steps: int, repeats: int) -
         f = found[-1]
         print(f"  round {round_ + 1} calibration: {f.busbw_gbps * 8e3:.0f} Mbit/s bus bandwidth, "
               f"{f.compute_s_per_sample * 1e3:.1f} ms compute a sample, {f.optimizer_s * 1e3:.1f} ms the optimizer a "
-              f"step, {f.async_overlap:.0%} of a gather hidden, "
+              f"step, {f.async_overlap:.0%} of a gather hidden, {f.reduce_overlap:.0%} of bucketed reduces, "
               f"ZeRO-3 step {f.zero3['step_s']:.3f} s", flush=True)
         for layout, done in runs.items():
             done.append(measure(cfg, tmp, layout, steps, rate, round_))

@@ -44,7 +44,7 @@ from model.guard import Guard, fault_point
 from model.llama import Transformer, closed_form_parameters, count_parameters, flops_per_token
 from model.mirror import Mirror
 from model.optimizer import with_optimizer
-from model.overlap_probe import async_overlap
+from model.overlap_probe import async_overlap, inline_reduce_overlap
 from model.perf import device_name, memory_gb, mfu, peak_tflops
 from model.safe_load import force_weights_only
 from model.spec import Spec, TrainSpec
@@ -338,8 +338,9 @@ def profile_run(engine, loop: Loop) -> int:
               "params": closed_form_parameters(loop.spec.model), "zero_stage": ds["zero_optimization"]["stage"],
               "bytes_per_param": 2 if ds["bf16"]["enabled"] else 4,
               "bucket": ds["zero_optimization"].get("reduce_bucket_size")}
-    if loop.comm.world > 1:  # what ZeRO-3's prefetched gathers could hide, for the communication plan
+    if loop.comm.world > 1:  # what ZeRO-3's prefetched gathers and bucketed reductions hide, for the plan
         layout["async_overlap"] = async_overlap(loop.comm, layout["params"] * layout["bytes_per_param"])
+        layout["reduce_overlap"] = inline_reduce_overlap(loop.comm, layout["params"] * layout["bytes_per_param"])
     result = profile_steps(run_step, profiled, loop.spec.out_dir, loop.comm, layout)
     if loop.rank == 0:
         print(f"communication share of step time: {result['comm_share']:.1%} ({result['backend']})", flush=True)

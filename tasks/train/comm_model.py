@@ -19,8 +19,10 @@ Overlap: gradients are reduced bucket by bucket while the backward pass goes
 on (overlap_comm). The last bucket can only start when the backward is done,
 so a bucket at least as large as all gradients (DeepSpeed's default 5e8
 elements against a 0.1-1B model) overlaps nothing. gloo on CPU ranks runs
-DeepSpeed's gradient reductions inline: they overlap nothing whatever the
-settings. ZeRO-3's parameter gathers are asynchronous even there (its
+DeepSpeed's gradient reductions inline, yet on a slow link part of each
+bucket's time still hides behind the compute that follows it: preflight probes
+that share in DeepSpeed's pattern (model/overlap_probe.py) and the model
+credits it to all but the last bucket. ZeRO-3's parameter gathers are asynchronous even there (its
 reduce-scatter is not): preflight's probe (model/overlap_probe.py) measures the
 share of a gather that hides behind compute, and a short ZeRO-3 run measures
 what ZeRO-3 costs a micro-step beyond its traffic (its hooks, a gather per
@@ -53,6 +55,7 @@ class Cluster:
     optimizer_s: float = 0.0     # the optimizer step itself (measured or 0)
     overlaps: bool = True        # False for gloo: collectives run inline
     gather_hidden: float = 0.0   # without overlaps: the share of an asynchronous gather compute hides (probed)
+    reduce_hidden: float = 0.0   # without overlaps: the share of bucketed inline reductions compute hides (probed)
     zero3_overhead_s: float = 0.0  # ZeRO-3's own cost a micro-step beyond its traffic (measured)
     memory_gb: float | None = None  # per rank; None: not checked
 
@@ -118,11 +121,11 @@ def buckets(m: ModelSize, layout: Layout) -> int:
 
 def exposed_reduce_s(reduce_s: float, backward_s: float, m: ModelSize, layout: Layout, c: Cluster) -> float:
     """The part of one gradient reduction the step waits for: the last bucket, and whatever of the others the
-    backward pass was too short to hide."""
-    if not c.overlaps:
-        return reduce_s
+    backward pass was too short to hide; without overlapping collectives (gloo), all but the probed share of what
+    could hide."""
     last = min(1.0, layout.bucket / m.params)
-    return last * reduce_s + (1 - last) * max(0.0, reduce_s - backward_s)
+    hideable = (1 - last) * min(reduce_s, backward_s)
+    return reduce_s - hideable * (1.0 if c.overlaps else c.reduce_hidden)
 
 
 def comm_times(m: ModelSize, layout: Layout, c: Cluster, micro_compute_s: float) -> tuple[float, float]:

@@ -38,6 +38,7 @@ class Measured:
     async_overlap: float | None = None    # share of an asynchronous gather hidden behind compute (model/overlap_probe)
     zero3: dict | None = None             # preflight's ZeRO-3 steps: step_s and the layout (ranks, grad_accum, bucket)
     optimizer_s: float = 0.0              # the optimizer's update, once a step (preflight's profile)
+    reduce_overlap: float | None = None   # share of bucketed inline all-reduces hidden behind compute (the same)
 
 
 @dataclass
@@ -93,6 +94,7 @@ def measured_from(checks: list[dict], profile: dict, zero3_profile: dict | None 
     found = _measured_bandwidth(checks, profile, samples)
     if found is not None:
         found.async_overlap = profile.get("async_overlap")
+        found.reduce_overlap = profile.get("reduce_overlap")
         if zero3_profile and zero3_profile.get("steps"):
             found.zero3 = {"step_s": step_seconds(zero3_profile),
                            "ranks": zero3_profile["world_size"], "grad_accum": zero3_profile["grad_accum"],
@@ -184,10 +186,15 @@ def measured_cluster(train: TrainConfig, ranks: int, size: ModelSize, found: Mea
     said in notes."""
     cluster = Cluster(ranks, found.busbw_gbps, LATENCY_S[train.accelerator], found.compute_s_per_sample,
                       optimizer_s=found.optimizer_s, overlaps=train.accelerator == "cuda" and train.overlap_comm,
-                      gather_hidden=found.async_overlap or 0.0, memory_gb=memory_gb)
+                      gather_hidden=found.async_overlap or 0.0, reduce_hidden=found.reduce_overlap or 0.0,
+                      memory_gb=memory_gb)
     if found.async_overlap is not None and not cluster.overlaps:
         notes.append(f"preflight's probe hid {found.async_overlap:.0%} of an asynchronous all-gather behind compute: "
                      f"that share of ZeRO-3's prefetched gathers (all but the first bucket) counts as hidden")
+    if found.reduce_overlap is not None and not cluster.overlaps:
+        notes.append(f"preflight's probe hid {found.reduce_overlap:.0%} of inline all-reduces in buckets behind the "
+                     f"compute between them: that share of the gradient reductions the backward pass could hide "
+                     f"(all but the last bucket) counts as hidden")
     return with_zero3_cost(cluster, size, train.micro_batch_size, found, notes)
 
 

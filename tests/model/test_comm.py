@@ -15,7 +15,7 @@ import torch
 from model import comm as comm_module
 from model.comm import Comm, device_for
 from model import overlap_probe
-from model.overlap_probe import async_overlap, hidden_share
+from model.overlap_probe import async_overlap, hidden_share, inline_reduce_overlap
 from tasks.common.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -133,6 +133,7 @@ def _rank(rank: int, port: int, results) -> None:
     handle.wait()
     out["gather_async"] = [t.tolist() for t in gathered]
     out["overlap"] = async_overlap(comm, 4_000_000)
+    out["reduce_overlap"] = inline_reduce_overlap(comm, 4_000_000)
     comm.barrier()
     results.put((rank, out))
     dist.destroy_process_group()
@@ -147,8 +148,9 @@ def test_two_gloo_ranks_reduce_gather_and_agree():
     got = dict(results.get(timeout=120) for _ in procs)
     for p in procs:
         p.join(timeout=30)
-    overlaps = [got[rank].pop("overlap") for rank in (0, 1)]
-    assert overlaps[0] == overlaps[1] and 0.0 <= overlaps[0] <= 1.0  # the ranks agree on the smallest share
+    for probe in ("overlap", "reduce_overlap"):
+        overlaps = [got[rank].pop(probe) for rank in (0, 1)]
+        assert overlaps[0] == overlaps[1] and 0.0 <= overlaps[0] <= 1.0  # the ranks agree on the smallest share
     for rank in (0, 1):
         assert got[rank] == {"device": "cpu", "sum": [3.0], "max": [1.0], "min": [5.0], "gather": [[0, 0], [1, 10]],
                              "gather_async": [[2], [3]]}
@@ -162,7 +164,7 @@ def test_hidden_share_is_what_running_together_saved_over_the_shorter_activity()
     assert hidden_share(0.0, 0.5, 0.5) == 0.0
 
 
-def test_the_probe_gathers_at_most_a_bucket_of_bytes_whatever_the_model(monkeypatch):
+def test_the_probes_move_at_most_a_bucket_of_bytes_whatever_the_model(monkeypatch):
     sizes = []
 
     class OneRankOfTwo(Comm):  # the probe's collectives, recorded; the timing is not under test here
@@ -173,8 +175,15 @@ def test_the_probe_gathers_at_most_a_bucket_of_bytes_whatever_the_model(monkeypa
             sizes.append(t.numel() * t.element_size() * self.world)
             return [t, t], type("Done", (), {"wait": lambda self: None})()
 
+        def all_reduce(self, t, op="sum"):
+            reduced.append(t.numel() * t.element_size())
+            return t
+
         def agree(self, values, op="sum", dtype=torch.float64):
             return list(values)
 
+    reduced = []
     share = async_overlap(OneRankOfTwo(torch.device("cpu"), "gloo", 0, 2), 6 * 10**9)  # a 3B model in bf16
     assert sizes and max(sizes) <= overlap_probe.MAX_BYTES and 0.0 <= share <= 1.0
+    share = inline_reduce_overlap(OneRankOfTwo(torch.device("cpu"), "gloo", 0, 2), 6 * 10**9, buckets=8)
+    assert reduced and max(reduced) * 8 <= overlap_probe.MAX_BYTES and 0.0 <= share <= 1.0  # 8 buckets of the cap

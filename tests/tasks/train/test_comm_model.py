@@ -100,6 +100,21 @@ def test_gloo_zero3_hides_the_probed_share_of_its_prefetched_gathers_but_never_t
     assert reduced.exposed_comm_s == pytest.approx(reduced.comm_s)
 
 
+def test_gloo_reductions_hide_the_probed_share_of_all_but_the_last_bucket_once_per_reduction():
+    # 1 GB/s, 2 ranks: a reduce of 250 MB moves 2 x 125 MB, 0.25 s; the backward of 0.2 s compute is 0.133 s
+    probed = Cluster(ranks=2, busbw_gbps=1.0, latency_s=0.0, compute_s_per_sample=0.05, overlaps=False,
+                     reduce_hidden=0.4)
+    reduce, gather, backward = 0.25, 0.125, 0.2 * 2 / 3
+    whole = predict(M125, Layout(1, 4, 1, DEEPSPEED_BUCKET), probed)
+    assert whole.exposed_comm_s == pytest.approx(reduce + gather)  # one bucket: it starts when the backward ends
+    cut = predict(M125, Layout(1, 4, 1, M125.params // 8), probed)
+    assert cut.exposed_comm_s == pytest.approx(reduce + gather - 0.4 * 7 / 8 * backward)  # the backward is shorter
+    zero2 = predict(M125, Layout(2, 4, 4, M125.params // 8), probed)  # reduced every micro-step: hidden every one
+    assert zero2.exposed_comm_s == pytest.approx(4 * (reduce - 0.4 * 7 / 8 * backward) + gather)
+    unprobed = predict(M125, Layout(1, 4, 1, M125.params // 8), cluster(busbw=1.0, ranks=2))
+    assert unprobed.exposed_comm_s == pytest.approx(unprobed.comm_s) and cut.step_s < unprobed.step_s
+
+
 def test_zero3_pays_its_measured_cost_every_micro_step_and_no_other_stage_does():
     c = Cluster(ranks=2, busbw_gbps=1.0, latency_s=0.0, compute_s_per_sample=0.05, overlaps=False,
                 zero3_overhead_s=0.03)

@@ -84,11 +84,12 @@ def test_with_measurements_every_candidate_is_predicted_and_the_fastest_chosen(t
     assert "asynchronous all-gather" not in table  # a profile without the probe (one rank, an older version)
 
 
-def test_the_probed_overlap_of_asynchronous_gathers_reaches_the_plan(tiny_cfg):
-    found = measured_from(CHECKS[:1], {**PROFILE, "async_overlap": 0.46})
-    assert found.async_overlap == 0.46
+def test_the_probed_overlaps_of_asynchronous_gathers_and_bucketed_reductions_reach_the_plan(tiny_cfg):
+    found = measured_from(CHECKS[:1], {**PROFILE, "async_overlap": 0.46, "reduce_overlap": 0.3})
+    assert (found.async_overlap, found.reduce_overlap) == (0.46, 0.3)
     plan = make_plan(tiny_cfg.model, auto(tiny_cfg), 2176, 2, found)
     assert "hid 46% of an asynchronous all-gather" in render(plan) and plan.measured["async_overlap"] == 0.46
+    assert "hid 30% of inline all-reduces in buckets" in render(plan) and plan.measured["reduce_overlap"] == 0.3
 
 
 def test_preflights_zero3_steps_give_zero3_its_own_cost_beyond_its_traffic(tiny_cfg, tmp_path):

@@ -21,9 +21,9 @@ from pathlib import Path
 
 from model.redact import redact
 from pretrain.config import ConfigError, load_config
+from pretrain.stages import STAGE_NAMES, STAGES
 from cli.local_server import ServerFailed, prefect_api
 
-STAGES = ("clean", "tokenizer", "tokenize", "preflight", "train")
 
 
 def _flow_for(command: str):
@@ -47,12 +47,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pretrain", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    for name in STAGES + ("run",):
+    for name in STAGE_NAMES + ("run",):
         p = sub.add_parser(name, help="the whole pipeline" if name == "run" else f"the {name} stage alone")
         p.add_argument("--config", required=True, help="pipeline YAML, e.g. configs/tiny.yaml")
-        if name != "preflight":  # preflight runs every time
+        if name == "run" or STAGES[name].versioned:  # preflight runs every time
             p.add_argument("--force", action="append", default=[], metavar="STAGE",
-                           choices=[s for s in STAGES if s != "preflight"] if name == "run" else [name],
+                           choices=[s for s in STAGE_NAMES if STAGES[s].versioned] if name == "run" else [name],
                            help="run this stage even when its output is up to date (repeatable)")
     st = sub.add_parser("status", help="per stage: up to date, would rerun (and why) or missing; runs nothing")
     st.add_argument("--config", required=True)

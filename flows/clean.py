@@ -5,16 +5,16 @@ from pathlib import Path
 
 from prefect import flow, task
 
-from flows.common import DEFAULT_CONFIG, stage_run, table_artifact
+from flows.common import DEFAULT_CONFIG, StageRun, table_artifact
 from flows.executors import map_on
 from flows.progress import StageProgress
-from flows.versions import planned_version, record, reused
+from flows.versions import versioned_stage
 from pretrain.config import CleanConfig, PipelineConfig, resolve_config
 from tasks.clean.shards import ShardSpec, clean_shard
 from tasks.clean.stage import complete, prepare
 from tasks.clean.tally import rule_table
 from tasks.common.failures import retry_if_transient
-from tasks.common.outputs import read_json
+from tasks.versions import StageVersion
 
 OUTPUTS = ("manifest.json", "stats.parquet", "samples.parquet")
 
@@ -43,26 +43,25 @@ def decontamination_rows(report: dict) -> list[dict]:
             for name, r in report.items()]
 
 
+def clean_steps(run: StageRun, version: StageVersion) -> dict:
+    cfg, out = run.cfg, run.dir("clean")
+    specs, work_dir = plan_task(cfg.clean, str(out))
+    metas = map_on(cfg.clean.executor, clean_shard_task,
+                   [{"cfg": cfg.clean, "spec": spec, "work_dir": work_dir} for spec in specs],
+                   StageProgress(cfg, "clean", len(specs), "shards").advance)
+    manifest = finalize_task(cfg.clean, specs, metas, work_dir, str(out))
+    run.log_metrics({k: v for k, v in manifest.items() if k != "unreadable_files"})
+    run.log_files(out, OUTPUTS, "clean")
+    table_artifact(run, "clean", rule_table(out / "stats.parquet", manifest["unreadable_files"])
+                   + decontamination_rows(manifest["decontamination"]),
+                   f"Cleaning: {manifest['docs_in']} in = {manifest['kept']} kept + {manifest['rejected']} rejected"
+                   f" ({manifest['shards']} shards, {manifest['shards_skipped']} reused)")
+    return manifest
+
+
 @flow(name="clean", log_prints=True, persist_result=True)
 def clean_flow(config: PipelineConfig | str = DEFAULT_CONFIG, mlflow_parent_run_id: str | None = None,
-               force: bool = False) -> dict:
+               force: bool = False, planned: str | None = None) -> dict:
     """Read, normalize, tag, filter and deduplicate the corpus into kept/rejected Parquet."""
     cfg = resolve_config(config, "clean")
-    version = planned_version(cfg, "clean")
-    if reused(cfg, "clean", version, force):
-        return read_json(cfg.run_root_path() / "clean" / "manifest.json")
-    with stage_run(cfg, "clean", mlflow_parent_run_id) as run:
-        out = run.dir("clean")
-        specs, work_dir = plan_task(cfg.clean, str(out))
-        metas = map_on(cfg.clean.executor, clean_shard_task,
-                       [{"cfg": cfg.clean, "spec": spec, "work_dir": work_dir} for spec in specs],
-                       StageProgress(cfg, "clean", len(specs), "shards").advance)
-        manifest = finalize_task(cfg.clean, specs, metas, work_dir, str(out))
-        run.log_metrics({k: v for k, v in manifest.items() if k != "unreadable_files"})
-        run.log_files(out, OUTPUTS, "clean")
-        table_artifact(run, "clean", rule_table(out / "stats.parquet", manifest["unreadable_files"])
-                       + decontamination_rows(manifest["decontamination"]),
-                       f"Cleaning: {manifest['docs_in']} in = {manifest['kept']} kept + {manifest['rejected']} rejected"
-                       f" ({manifest['shards']} shards, {manifest['shards_skipped']} reused)")
-        record(run, "clean", version)
-    return manifest
+    return versioned_stage(cfg, "clean", mlflow_parent_run_id, force, clean_steps, planned)

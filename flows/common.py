@@ -75,7 +75,7 @@ class StageRun:
         in its files), said on stderr."""
         try:
             run_id = tracking.start_run(self.mlflow_uri, self.experiment_id, name, self.run_id, tags)
-        except Exception as err:  # noqa: BLE001 - the server down: go on without the child run
+        except Exception:  # noqa: BLE001 - the server down: go on without the child run
             if not (problem := tracking.unreachable(self.mlflow_uri, timeout_s=5.0)):
                 raise
             print(f"warning: no MLflow run {name}: {problem}; its figures stay in its files only", file=sys.stderr,

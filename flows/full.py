@@ -15,9 +15,9 @@ from flows.preflight import preflight_flow
 from flows.tokenizer import tokenizer_flow
 from flows.tokens import tokenize_flow
 from flows.train import train_flow
-from flows.versions import planned_versions
 from pretrain.config import PipelineConfig, resolve_config
-from tasks.versions import STAGES, status
+from pretrain.stages import STAGE_NAMES
+from tasks.versions import expected_versions, status, write_planned
 
 
 @flow(name="pretrain", log_prints=True)
@@ -25,11 +25,13 @@ def pretrain(config: PipelineConfig | str = DEFAULT_CONFIG, force: list[str] | N
     """Turn the configured raw corpus into a trained, tracked model. A stage whose output is at the version this
     config would produce is reused; `force` names stages to run again anyway."""
     cfg, force = resolve_config(config, "run"), set(force or ())
-    if unknown := force - set(STAGES):
-        raise ValueError(f"force names no stage: {sorted(unknown)}; stages are {list(STAGES)}")
+    if unknown := force - set(STAGE_NAMES):
+        raise ValueError(f"force names no stage: {sorted(unknown)}; stages are {list(STAGE_NAMES)}")
     run = mlflow_run(cfg, cfg.name, None, {"run_root": str(cfg.run_root_path())})
     run.log_params({"run_root": str(run.root), "name": cfg.name})
-    stages = status(cfg, planned_versions(cfg))
+    versions = expected_versions(cfg)  # once a run: the clean stage's version lists every input file
+    planned = str(write_planned(cfg, versions, run.run_id))  # what the stage flows read them from
+    stages = status(cfg, versions)
     table_artifact(run, "status", stages, "Stages at the start of this run: up to date (reused), would rerun "
                    "(and why), missing" + (f"; forced: {sorted(force)}" if force else ""))
     # preflight gates training: with training up to date (and not forced) there is nothing to check the cluster for
@@ -37,11 +39,11 @@ def pretrain(config: PipelineConfig | str = DEFAULT_CONFIG, force: list[str] | N
     ok = False
     try:
         summary = {
-            "clean": clean_flow(cfg, run.run_id, "clean" in force),
-            "tokenizer": tokenizer_flow(cfg, run.run_id, "tokenizer" in force),
-            "tokenize": tokenize_flow(cfg, run.run_id, "tokenize" in force),
+            "clean": clean_flow(cfg, run.run_id, "clean" in force, planned),
+            "tokenizer": tokenizer_flow(cfg, run.run_id, "tokenizer" in force, planned),
+            "tokenize": tokenize_flow(cfg, run.run_id, "tokenize" in force, planned),
             "preflight": preflight_flow(cfg, run.run_id) if check_cluster else {"skipped": "training is up to date"},
-            "train": train_flow(cfg, run.run_id, "train" in force),
+            "train": train_flow(cfg, run.run_id, "train" in force, planned),
         }
         ok = True
     finally:

@@ -10,16 +10,16 @@ from pathlib import Path
 
 from prefect import flow, task
 
-from flows.common import DEFAULT_CONFIG, StageRun, stage_run, table_artifact
+from flows.common import DEFAULT_CONFIG, StageRun, table_artifact
 from flows.executors import map_on
 from flows.progress import StageProgress
-from flows.versions import planned_version, record, reused
+from flows.versions import versioned_stage
 from pretrain.config import PipelineConfig, TokenizeConfig, resolve_config
 from tasks.common.failures import retry_if_transient
-from tasks.common.outputs import read_json
 from tasks.tokenize import complete, plan_reject_counts, prepare
 from tasks.tokenize.parts import PartSettings, PartSpec, tokenize_part
 from tasks.tokenize.rejects import RULE_TOKENS, RejectSpec, count_rejected, rule_table
+from tasks.versions import StageVersion
 
 
 @task(name="plan-token-parts")
@@ -67,30 +67,29 @@ def record_rejected(run: StageRun, manifest: dict) -> None:
                    "Cleaning per rule, with the tokens each rule removed (trained tokenizer, EOS included)")
 
 
+def tokenize_steps(run: StageRun, version: StageVersion) -> dict:
+    cfg, clean_dir, out = run.cfg, str(run.dir("clean")), str(run.dir("tokens"))
+    specs, settings, work_dir = plan_parts_task(cfg.tokenize, clean_dir, str(run.dir("tokenizer")), out)
+    metas = map_on(cfg.tokenize.executor, tokenize_part_task,
+                   [{"spec": spec, "settings": settings, "work_dir": work_dir} for spec in specs],
+                   StageProgress(cfg, "tokenize", len(specs), "parts").advance)
+    rejects = plan_reject_counts(cfg.tokenize, Path(clean_dir), settings)
+    counted = map_on(cfg.tokenize.executor, count_rejected_task,
+                     [{"spec": spec, "settings": settings, "work_dir": work_dir} for spec in rejects])
+    manifest = complete_task(cfg.tokenize, specs, metas, settings, clean_dir, work_dir, out,
+                             counted if cfg.tokenize.count_rejected_tokens else None)
+    record_manifest(run, manifest, sum(bool(m.get("skipped")) for m in metas), len(specs))
+    if cfg.tokenize.count_rejected_tokens:
+        record_rejected(run, manifest)
+    return manifest
+
+
 @flow(name="tokenize", log_prints=True, persist_result=True)
 def tokenize_flow(config: PipelineConfig | str = DEFAULT_CONFIG, mlflow_parent_run_id: str | None = None,
-                  force: bool = False) -> dict:
+                  force: bool = False, planned: str | None = None) -> dict:
     """Encode the cleaned corpus into Arrow IPC token shards with a manifest."""
     cfg = resolve_config(config, "tokenize")
-    version = planned_version(cfg, "tokenize")
-    if reused(cfg, "tokenize", version, force):
-        return summary(read_json(cfg.run_root_path() / "tokens" / "manifest.json"))
-    with stage_run(cfg, "tokenize", mlflow_parent_run_id) as run:
-        clean_dir, out = str(run.dir("clean")), str(run.dir("tokens"))
-        specs, settings, work_dir = plan_parts_task(cfg.tokenize, clean_dir, str(run.dir("tokenizer")), out)
-        metas = map_on(cfg.tokenize.executor, tokenize_part_task,
-                       [{"spec": spec, "settings": settings, "work_dir": work_dir} for spec in specs],
-                       StageProgress(cfg, "tokenize", len(specs), "parts").advance)
-        rejects = plan_reject_counts(cfg.tokenize, Path(clean_dir), settings)
-        counted = map_on(cfg.tokenize.executor, count_rejected_task,
-                         [{"spec": spec, "settings": settings, "work_dir": work_dir} for spec in rejects])
-        manifest = complete_task(cfg.tokenize, specs, metas, settings, clean_dir, work_dir, out,
-                                 counted if cfg.tokenize.count_rejected_tokens else None)
-        record_manifest(run, manifest, sum(bool(m.get("skipped")) for m in metas), len(specs))
-        if cfg.tokenize.count_rejected_tokens:
-            record_rejected(run, manifest)
-        record(run, "tokenize", version)
-    return summary(manifest)
+    return summary(versioned_stage(cfg, "tokenize", mlflow_parent_run_id, force, tokenize_steps, planned))
 
 
 def summary(manifest: dict) -> dict:

@@ -5,16 +5,16 @@ Each rollback and skip-ahead runs as a sub-flow of the train flow, with its own 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 
-from flows.common import (DEFAULT_CONFIG, NO_MLFLOW_RUN, StageRun, artifact_key, markdown_artifact, stage_run,
-                          table_artifact)
+from flows.common import DEFAULT_CONFIG, NO_MLFLOW_RUN, StageRun, artifact_key, markdown_artifact, table_artifact
 from flows.events import CheckpointAnnouncer
 from flows.progress import StageProgress
-from flows.versions import log_lineage, planned_version, record, reused
+from flows.versions import log_lineage, versioned_stage
 from model.protocol import METRICS_FILE, SPEC_FILE
 from model.spec import Spec
 from pretrain.config import PipelineConfig, resolve_config
@@ -30,6 +30,7 @@ from tasks.train.mirror_status import mirror_status, mirror_warning
 from tasks.train.monitored import roll_back, run_monitored
 from tasks.train.recovery import Decision
 from tasks.train.skipped import skipped_data_report
+from tasks.versions import StageVersion
 
 STEP_LINE = re.compile(r"\bstep (\d+)/\d+ loss=")  # rank 0's console line per logged step
 LEDGER_FILE = "ledger.json"
@@ -156,20 +157,20 @@ def finish(run: StageRun, result: dict) -> None:
                       "Training result")
 
 
+def train_steps(run: StageRun, version: StageVersion) -> dict:
+    # the version is the config's as written: dropping a node that failed preflight changes none
+    run = replace(run, cfg=without_dropped_nodes(run.cfg))
+    run.log_params({"model": run.cfg.model.model_dump(), "train": run.cfg.train.model_dump()})
+    with CheckpointAnnouncer(run.cfg, run.dir("train"), run.run_id):
+        result = monitored_training(run)
+    finish(run, result)
+    log_lineage(run, version, result)
+    return result
+
+
 @flow(name="train", log_prints=True, persist_result=True)
 def train_flow(config: PipelineConfig | str = DEFAULT_CONFIG, mlflow_parent_run_id: str | None = None,
-               force: bool = False) -> dict:
+               force: bool = False, planned: str | None = None) -> dict:
     """Launch the DeepSpeed training program, stream its logs, and report the final checkpoint."""
     cfg = resolve_config(config, "train")
-    version = planned_version(cfg, "train")  # of the config as written: dropping a failing node changes no version
-    if reused(cfg, "train", version, force):
-        return read_json(cfg.run_root_path() / "train" / "result.json")
-    cfg = without_dropped_nodes(cfg)
-    with stage_run(cfg, "train", mlflow_parent_run_id) as run:
-        run.log_params({"model": cfg.model.model_dump(), "train": cfg.train.model_dump()})
-        with CheckpointAnnouncer(cfg, run.dir("train"), run.run_id):
-            result = monitored_training(run)
-        finish(run, result)
-        record(run, "train", version)
-        log_lineage(run, version, result)
-    return result
+    return versioned_stage(cfg, "train", mlflow_parent_run_id, force, train_steps, planned)

@@ -1,46 +1,38 @@
-"""Stage reuse in the flows: a stage whose recorded version is the one it would produce is not run again."""
+"""Stage reuse in the flows: a stage whose recorded version is the one it would produce is not run again; and the
+lineage a training run leaves in MLflow."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
+from typing import Callable
 
 from prefect.artifacts import create_markdown_artifact
 
 from flows import tracking
-from flows.common import StageRun, artifact_key
+from flows.common import StageRun, artifact_key, stage_run
 from pretrain.config import PipelineConfig
-from tasks.versions import StageVersion, expected_versions, output_dir, record_version, stage_state
+from pretrain.stages import STAGES
+from tasks.common.outputs import read_json
+from tasks.versions import StageVersion, expected_versions, output_dir, read_planned, record_version, stage_state
 
 
 NEWEST_ALIAS = "newest"  # MLflow reserves `latest`: models:/<name>/latest already names the newest version
 
 
-_PLANNED: dict[tuple[str, str], dict[str, StageVersion]] = {}
-RUNS_REMEMBERED = 4
-
-
-def planned_version(cfg: PipelineConfig, stage: str) -> StageVersion:
-    return planned_versions(cfg)[stage]
-
-
-def planned_versions(cfg: PipelineConfig) -> dict[str, StageVersion]:
-    """Every versioned stage's planned version, once per pipeline run (outside a flow run, every time)."""
-    from prefect.runtime import flow_run
-
-    return versions_of_run(cfg, flow_run.root_flow_run_id or None)
-
-
-def versions_of_run(cfg: PipelineConfig, run_id: str | None) -> dict[str, StageVersion]:
-    """The planned versions computed at the first request of a run and kept for its other stages: the clean
-    version lists and stats every input file, which takes a while on a large remote corpus, and the status
-    table and each stage flow of a run ask for it. A new run computes them again (the corpus may have changed)."""
-    if run_id is None:
-        return expected_versions(cfg)
-    key = (run_id, cfg.model_dump_json())
-    if key not in _PLANNED:
-        while len(_PLANNED) >= RUNS_REMEMBERED:
-            _PLANNED.pop(next(iter(_PLANNED)))
-        _PLANNED[key] = expected_versions(cfg)
-    return _PLANNED[key]
+def versioned_stage(cfg: PipelineConfig, stage: str, parent_run_id: str | None, force: bool,
+                    steps: Callable[[StageRun, StageVersion], dict], planned: str | None = None) -> dict:
+    """A versioned stage's flow around its steps: the version this config plans for it (from the file of the
+    pipeline run's plan, `planned`: it lists the corpus once for all its stages; computed here for a stage run
+    alone); the
+    recorded output when it is at that version; else the stage's lease and MLflow run, its steps, and the
+    version recorded beside the output. Returns what the steps return, or the reused output's result file."""
+    version = (read_planned(Path(planned)) if planned else expected_versions(cfg))[stage]
+    if reused(cfg, stage, version, force):
+        return read_json(output_dir(cfg, stage) / STAGES[stage].result)
+    with stage_run(cfg, stage, parent_run_id) as run:
+        result = steps(run, version)
+        record(run, stage, version)
+    return result
 
 
 def reused(cfg: PipelineConfig, stage: str, planned: StageVersion, force: bool) -> StageVersion | None:

@@ -1,7 +1,7 @@
 """Stage versions: every stage's output is named by what defines it, so a rerun can tell what changed.
 
 A stage's version is a hash of the config fields that change its result (every field of the sections it reads,
-except those marked NO_EFFECT in pretrain/config.py), the versions of the stages it reads, what it reads from
+except those marked NO_EFFECT in pretrain/config/), the versions of the stages it reads, what it reads from
 outside (clean: every input file's size and modification time, and the files its rules read) and the code
 version (the project's version and, from a checkout, its git commit). The version a stage *would* produce is
 computed from the config alone, so `pretrain status` runs nothing; the version it *did* produce is recorded
@@ -24,16 +24,12 @@ from model.checkpoint import complete_tags
 from model.redact import redact
 from pretrain import PROJECT_ROOT
 from pretrain.config import SECTIONS_NEEDED, PipelineConfig, changes_result
+from pretrain.stages import STAGE_NAMES, STAGES, VERSIONED
 from tasks.clean.shards import plan_shards, rule_file_stamps
 from tasks.common.outputs import is_complete, read_json, write_json
 
 VERSION_FILE = "version.json"
-STAGES = ("clean", "tokenizer", "tokenize", "preflight", "train")
-UNVERSIONED = ("preflight",)  # checks the cluster as it is now: never reused, and needed only before training
-OUTPUT_DIRS = {"clean": "clean", "tokenizer": "tokenizer", "tokenize": "tokens", "train": "train"}
-SECTIONS = {"clean": ("clean",), "tokenizer": ("tokenizer", "model.max_seq_len"), "tokenize": ("tokenize",),
-            "train": ("model", "train")}
-INPUTS = {"clean": (), "tokenizer": ("clean",), "tokenize": ("clean", "tokenizer"), "train": ("tokenizer", "tokenize")}
+PLANNED_DIR = "planned"  # under the run root: the versions each pipeline run planned, one file a run
 PACKAGES = ("torch", "deepspeed", "prefect", "tokenizers", "mlflow", "pyarrow")
 
 
@@ -131,22 +127,35 @@ def expected_versions(cfg: PipelineConfig) -> dict[str, StageVersion]:
     """The version each versioned stage would produce from this config, upstream first. A stage the config
     does not describe (no clean section for `pretrain tokenizer`) stands at its recorded version."""
     code, out = code_version(), {}
-    for stage in (s for s in STAGES if s not in UNVERSIONED):
+    for stage in VERSIONED:
         if not configured(cfg, stage):
             out[stage] = recorded_version(cfg, stage) or StageVersion(stage, "unknown", {}, {}, [], code)
             continue
         fields = {}
-        for path in SECTIONS[stage]:
+        for path in STAGES[stage].version_fields:
             fields.update(section_fields(cfg, path))
-        version = StageVersion(stage, "", fields, {dep: out[dep].version for dep in INPUTS[stage]},
+        version = StageVersion(stage, "", fields, {dep: out[dep].version for dep in STAGES[stage].inputs},
                                outside_inputs(cfg, stage), code)
         version.version = version.digest()
         out[stage] = version
     return out
 
 
+def write_planned(cfg: PipelineConfig, versions: dict[str, StageVersion], run_id: str) -> Path:
+    """A pipeline run's planned versions in a file its stage flows read: a path is what crosses to a sub-flow
+    (the clean version holds every input file's size and time, too large for a flow parameter on a big corpus)."""
+    path = cfg.run_root_path() / PLANNED_DIR / f"{run_id}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json(path, {stage: asdict(v) for stage, v in versions.items()})
+    return path
+
+
+def read_planned(path: Path) -> dict[str, StageVersion]:
+    return {stage: StageVersion(**v) for stage, v in read_json(path).items()}
+
+
 def output_dir(cfg: PipelineConfig, stage: str) -> Path:
-    return cfg.run_root_path() / OUTPUT_DIRS[stage]
+    return cfg.run_root_path() / STAGES[stage].output
 
 
 def stage_complete(cfg: PipelineConfig, stage: str) -> bool:
@@ -230,4 +239,4 @@ def status(cfg: PipelineConfig, expected: dict[str, StageVersion] | None = None)
     rows["preflight"] = {"stage": "preflight", "state": "not needed" if train_current else "will run", "recorded": "",
                          "expected": "", "why": "it gates training, and training is up to date" if train_current
                          else "checks the cluster as it is now, before training"}
-    return [rows[stage] for stage in STAGES]
+    return [rows[stage] for stage in STAGE_NAMES]

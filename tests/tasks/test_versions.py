@@ -5,8 +5,9 @@ import shutil
 import pytest
 
 from pretrain.config import NO_EFFECT, PipelineConfig, changes_result, parse_config
-from tasks.versions import (STAGES, expected_versions, output_dir, record_version, recorded_version,
-                                   section_fields, status, why_rerun)
+from pretrain.stages import STAGE_NAMES
+from tasks.versions import (expected_versions, output_dir, record_version, recorded_version, section_fields, status,
+                            why_rerun)
 from tests.conftest import ROOT, tiny_dict
 
 # Every field left out of the versions, by the section it belongs to: changing this list is a decision.
@@ -91,7 +92,7 @@ def recorded_run(prepared_run, tmp_path):
 
 def test_status_says_what_is_up_to_date_what_would_rerun_and_why(recorded_run, tmp_path):
     rows = {r["stage"]: r for r in status(recorded_run)}
-    assert [rows[s]["state"] for s in STAGES] == ["up to date", "up to date", "up to date", "will run", "missing"]
+    assert [rows[s]["state"] for s in STAGE_NAMES] == ["up to date", "up to date", "up to date", "will run", "missing"]
     changed = with_changes(tmp_path, tokenize={"shard_max_tokens": 100_000})
     rows = {r["stage"]: r for r in status(changed)}
     assert rows["clean"]["state"] == rows["tokenizer"]["state"] == "up to date"

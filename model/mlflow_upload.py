@@ -56,8 +56,10 @@ class MlflowUploader:
         while True:
             self.wake.wait(self.retry_s if self.down_since else None)
             self.wake.clear()
-            self.send()
-            if self.closing and not self.queue:
+            sent = self.send()
+            # closing: one more try, not retries until the deadline; what is left goes to the unsent file, and
+            # every rank would otherwise wait at exit for a server that is down
+            if self.closing and (sent or self.down_since is not None):
                 return
 
     def send(self) -> bool:
@@ -100,7 +102,8 @@ class MlflowUploader:
         self.report({"event": "mlflow_recovered", "down_s": round(down_s, 1)})
 
     def close(self, timeout_s: float = 60.0) -> None:
-        """Give the queue until timeout_s to drain; say what is left (and what was dropped)."""
+        """Give the queue until timeout_s to drain, or one last try when the server is down; say what is left (and
+        what was dropped)."""
         self.closing = True
         self.wake.set()
         self.thread.join(timeout_s)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from model.protocol import EVENTS_FILE, METRICS_FILE, read_jsonl
+from model.mlflow_upload import UNSENT_FILE
 from model.tracking import Rank0Tracker
 from tasks.common.ports import free_port
 
@@ -99,9 +100,13 @@ def test_what_never_reached_mlflow_is_said_at_the_end(tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_RUN_ID", run_id)
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")  # what the tracker sets on a rank, undone after
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "15")
-    tracker = Rank0Tracker(tmp_path, METRICS_FILE, EVENTS_FILE, flush_every=1, retry_s=1.0)
+    tracker = Rank0Tracker(tmp_path, METRICS_FILE, EVENTS_FILE, flush_every=1)  # retried every 30 s
     for step in range(1, 4):
         tracker.log(step, {"loss": 1.0, "lr": 0.1})
-    tracker.close(5)
+    wait_for_event(tmp_path / EVENTS_FILE, "mlflow_unreachable", 60)
+    started = time.monotonic()
+    tracker.close(60)
+    assert time.monotonic() - started < 20  # one last try, not retries until the deadline while every rank waits
+    assert len(read_jsonl(tmp_path / UNSENT_FILE)) == 3  # kept for the orchestrator to send
     [backlog] = [e for e in read_jsonl(tmp_path / EVENTS_FILE) if e["event"] == "mlflow_backlog"]
     assert backlog["points_not_sent"] == 6 and json.loads(json.dumps(backlog))

@@ -53,11 +53,12 @@ def digest(files: list[Path], base: Path) -> str:
 
 CHAPTER = re.compile(r"^第[一二三四五六七八九十百零〇]+章")
 ARTICLE_OR_SECTION = re.compile(r"^第[一二三四五六七八九十百零〇]+[条节]")
+ARTICLE = re.compile(r"^第[一二三四五六七八九十百零〇]+条")
 
 
 def zh_law_chapters(files: list[Path]) -> Docs:
-    """A law's chapters (its table of contents skipped: a heading counts when an article or a section follows it);
-    a law without chapters whole."""
+    """A law's chapters (its table of contents skipped: a heading counts when an article or a section follows it,
+    and a chapter holds an article); a law without chapters whole."""
     for f in files:
         lines = [ln.strip() for ln in f.read_text(encoding="utf-8-sig").splitlines() if ln.strip()]
         starts = [i for i, ln in enumerate(lines) if CHAPTER.match(ln) and i + 1 < len(lines)
@@ -66,7 +67,8 @@ def zh_law_chapters(files: list[Path]) -> Docs:
             yield f.name, "\n".join(lines)
             continue
         for a, b in zip(starts, starts[1:] + [len(lines)]):
-            yield f.name, "\n".join(lines[a:b])
+            if any(ARTICLE.match(ln) for ln in lines[a:b]):
+                yield f.name, "\n".join(lines[a:b])
 
 
 def zh_poems(files: list[Path]) -> Docs:

@@ -118,12 +118,18 @@ class ChineseSettings(Strict):
     """Character-based equivalents for Chinese."""
     mode: RuleMode = Field("drop", description=MODE_DOC)
     min_cjk_chars: int = Field(20, ge=0, description="minimum number of CJK characters")
-    min_cjk_ratio: float = Field(0.3, ge=0, le=1, description="minimum share of CJK among non-space characters")
+    min_cjk_ratio: float = Field(0.3, ge=0, le=1, description="minimum share of CJK characters among the text's "
+                                 "units: a CJK character, a Latin word or number, a symbol")
     min_punct_per_kchar: float = Field(5.0, ge=0, description="minimum CJK/ASCII punctuation marks per 1000 characters (run-on or keyword-stuffed text has none)")
     top_char_ngram: dict[int, float] = Field(default_factory=lambda: {2: 0.2, 4: 0.16},
                                              description="max share of text covered by the most frequent character n-gram")
-    dup_char_ngram: dict[int, float] = Field(default_factory=lambda: {10: 0.15, 20: 0.10},
-                                             description="max share of text inside repeated character n-grams")
+    dup_sentence_frac: float = Field(0.3, ge=0, le=1, description="max share of the text's characters in "
+                                     "sentences that repeat an earlier sentence of the document")
+    min_sentence_chars: int = Field(6, ge=1, description="shorter sentences ('是。', '第一条') may repeat freely")
+    dup_char_ngram: dict[int, float] = Field(default_factory=lambda: {50: 0.2},
+                                             description="max share of text inside repeated character n-grams "
+                                             "(long spans: the formulas of laws and manuals repeat 10-30 "
+                                             "characters by design)")
 
 
 class CodeSettings(Strict):

@@ -7,7 +7,14 @@ from functools import cached_property
 
 import numpy as np
 
-_CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
+_CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_CJK_RUN = re.compile(f"[{_CJK}]+")
+# the units of mixed Chinese and Latin text: a CJK, kana or Hangul character, or a run of other letters and
+# digits (a word); kana one by one, so that Japanese does not pass for Chinese
+_SYLLABIC = "\u3040-\u30ff\u31f0-\u31ff\uac00-\ud7af"
+_TEXT_UNIT = re.compile(f"[{_CJK}{_SYLLABIC}]|[^\\W{_CJK}{_SYLLABIC}]+")
+# a Chinese sentence or clause (so a repeated sentence is found inside a line too)
+_ZH_SENTENCE = re.compile(r"[^。！？；!?;\n]+[。！？；!?;]?")
 _TOKEN = re.compile(r"\w+(?:['’]\w+)*|[^\w\s]")
 _PUNCT_MARK = re.compile(r"[，。！？；：、,.!?;:]")
 _CODE_SIGNALS = re.compile(
@@ -60,6 +67,14 @@ def dup_char_ngram_chars(text: str, n: int) -> int:
             seen.add(gram)
             i += 1
     return repeated
+
+
+def dup_sentence_chars(text: str, min_chars: int) -> tuple[int, int]:
+    """(characters in sentences of at least min_chars that repeat an earlier one, characters in all sentences),
+    whitespace ignored."""
+    sentences = ["".join(s.split()) for s in _ZH_SENTENCE.findall(text)]
+    long_ones = [s for s in sentences if len(s) >= min_chars]
+    return find_duplicates(long_ones)[1], sum(map(len, sentences))
 
 
 def top_ngram_chars(units: list[str], n: int, joiner: str = " ") -> int:
@@ -132,6 +147,14 @@ class DocFeatures:
     @cached_property
     def cjk_ratio(self) -> float:
         return self.n_cjk / max(self.n_non_space, 1)
+
+    @cached_property
+    def cjk_unit_share(self) -> float:
+        """CJK characters among the text's units (a CJK character, a Latin word or number, a symbol): a Chinese
+        technical text that names APIs in English is Chinese by this measure, as it is not by characters."""
+        units = _TEXT_UNIT.findall(self.text)
+        n_cjk = sum(1 for u in units if len(u) == 1 and _CJK_RUN.match(u))
+        return n_cjk / max(len(units) + len(_SYMBOL.findall(self.text)), 1)
 
     @cached_property
     def punct_marks(self) -> int:

@@ -3,7 +3,8 @@ import pytest
 
 from pretrain.config import NormalizeConfig, RulesConfig
 from tasks.clean.channel import detect_channel
-from tasks.clean.features import DocFeatures, dup_ngram_chars, find_duplicates, top_ngram_chars
+from tasks.clean.features import (DocFeatures, dup_char_ngram_chars, dup_ngram_chars, dup_sentence_chars,
+                                  find_duplicates, top_ngram_chars)
 from tasks.clean.normalize import normalize_text, to_simplified
 from tasks.clean.rules import Doc, build_rules, judge_rules
 from tasks.clean.rules.dirty import DomainBlocklist, Lexicon, PatternSet, builtin_paths
@@ -130,8 +131,53 @@ def test_fineweb():
     assert reason(short, "en", c4={"mode": "off"}, gopher_repetition={"mode": "off"}) == "fineweb_short_line_ratio"
 
 
+# A law chapter written the way laws are: every article its own, the same 10-30-character formulas in many of them
+ZH_LAW_CHAPTER = "\n".join([
+    "第五章 法律责任",
+    "第四十一条 违反本法规定，未取得许可擅自从事经营活动的，由县级以上人民政府有关主管部门责令改正，没收违法所得，"
+    "并处一万元以上五万元以下的罚款；情节严重的，责令停产停业。",
+    "第四十二条 违反本法规定，未按照规定报送统计资料的，由县级以上人民政府有关主管部门责令改正，给予警告；"
+    "拒不改正的，处五千元以上二万元以下的罚款。",
+    "第四十三条 违反本法规定，伪造、变造许可证件的，由县级以上人民政府有关主管部门责令改正，没收违法所得，"
+    "并处二万元以上十万元以下的罚款；构成犯罪的，依法追究刑事责任。",
+    "第四十四条 违反本法规定，拒绝、阻碍监督检查的，由县级以上人民政府有关主管部门责令改正，给予警告；"
+    "情节严重的，处一万元以上五万元以下的罚款。",
+    "第四十五条 违反本法规定，未建立安全管理制度的，由县级以上人民政府有关主管部门责令改正，给予警告；"
+    "拒不改正的，处二万元以上十万元以下的罚款，并对直接负责的主管人员处一万元以下的罚款。",
+    "第四十六条 国家机关工作人员在监督管理工作中滥用职权、玩忽职守、徇私舞弊的，依法给予处分；"
+    "构成犯罪的，依法追究刑事责任。",
+])
+
+
+def test_chinese_keeps_formulaic_law_and_drops_copied_text():
+    # the old rule (10-character spans, 15%) dropped this chapter: 20-30% of a law's text are its formulas
+    compact = "".join(ZH_LAW_CHAPTER.split())
+    assert dup_char_ngram_chars(compact, 10) / len(compact) > 0.15
+    assert reason(ZH_LAW_CHAPTER, "zh") is None
+    # an article scraped with its body twice, and an advert that repeats its sentence inside one paragraph
+    assert reason(ZH_GOOD + ZH_GOOD, "zh") == "zh_repeated_text"
+    advert = "本店新到一批进口手表，欢迎各位朋友选购！"
+    assert reason(ZH_GOOD + advert * 3 + ZH_GOOD[:40] + "。" + advert * 2, "zh", dirty={"mode": "off"}) == \
+        "zh_repeated_text"
+
+
+def test_dup_sentence_chars_counts_repeats_inside_a_line():
+    assert dup_sentence_chars("甲乙丙丁戊己。甲乙丙丁戊己。好。好。", 6) == (7, 18)  # '好。' is short: may repeat
+    assert dup_sentence_chars("甲乙丙丁戊己\n甲 乙丙丁戊己\n", 6) == (6, 12)
+
+
+def test_chinese_counts_an_english_word_as_one_unit():
+    tech = ("使用 DeepSpeed 的 ZeRO stage 3 时，请在 ds_config.json 中设置 offload_optimizer 和 "
+            "overlap_comm 两个选项，并用 torch.distributed 启动 NCCL 后端。")
+    assert DocFeatures(tech).cjk_ratio < 0.3 <= DocFeatures(tech).cjk_unit_share
+    assert reason(tech + ZH_GOOD[:60], "zh") is None
+    mostly_english = "This English sentence about the weather has a few Chinese characters (中文字符) inside. " * 6
+    assert reason(mostly_english, "zh") == "zh_low_cjk_ratio"
+    japanese = "このアドオンが不正であると思われる場合は、このフォームを使って報告してください。"
+    assert DocFeatures(japanese).cjk_unit_share < 0.3
+
+
 def test_chinese():
-    assert reason("ABC def 中文 " * 10, "zh") == "zh_low_cjk_ratio"
     assert reason("今天天气很好我们去公园散步然后回家吃饭晚上看电视节目非常开心明天继续努力工作学习" * 2, "zh") == "zh_too_little_punctuation"
     assert reason("点击领取大奖，" * 30, "zh", dirty={"mode": "off"}) == "zh_repeated_char_ngram"
 

@@ -103,9 +103,21 @@ def markdown_sections(files: list[Path]) -> Docs:
     for f in files:
         text = f.read_text(encoding="utf-8", errors="replace")
         text = re.sub(r"\A---\n.*?\n---\n", "", text, flags=re.S)
-        for section in re.split(r"(?m)^(?=#{1,2} )", text):
+        for section in markdown_split(text):
             if section.strip():
                 yield str(f), section.strip()
+
+
+def markdown_split(text: str) -> list[str]:
+    """The text cut before each `#`/`##` heading; a `# comment` inside a fenced code block is not a heading."""
+    sections, lines, fenced = [], [], False
+    for line in text.split("\n"):
+        if re.match(r"#{1,2} ", line) and not fenced and lines:
+            sections.append("\n".join(lines))
+            lines = []
+        fenced ^= line.lstrip().startswith(("```", "~~~"))
+        lines.append(line)
+    return sections + ["\n".join(lines)]
 
 
 def zh_novel_chapters(files: list[Path]) -> Docs:

@@ -14,7 +14,8 @@ dedup off (copies are not what is measured), one source per genre, and again wit
 learned from the tune halves of the shared labeled sets (`clean.rules.dirty.classifier_examples`, as
 docs/clean.md tells a user to). A document is removed by the first rule that rejected it (the clean stage's
 reject record). Documents under the length minimum (`clean.rules.length.min_chars`) are counted apart: they say
-how the genre was cut, not how the rules judge text.
+how the genre was cut, not how the rules judge text. Beside the documents kept, the share of the judged characters
+that the kept documents still hold after the rules' edits (C4 removes lines).
 
 Targets (issue 36): every high-value genre keeps >= 95% of its documents (those under the length minimum apart);
 the dirty rule removes <= 0.5% of every clean genre and <= 1% of every labeled ham set.
@@ -90,8 +91,9 @@ def examples_file(tune: dict[str, list], path: Path) -> Path:
     return path
 
 
-def judged(texts: dict[str, list[str]], work: Path, examples: Path | None) -> dict[str, dict[int, str]]:
-    """source name -> {document index: 'rule/reason' that removed it}, from one clean-stage run over all of them."""
+def judged(texts: dict[str, list[str]], work: Path, examples: Path | None) -> tuple[dict, dict]:
+    """(source name -> {document index: 'rule/reason' that removed it}, source name -> {document index: characters
+    of the kept text, after the rules' edits}), from one clean-stage run over all of them."""
     sources = []
     for name, docs in texts.items():
         path = work / f"{len(sources):03d}.jsonl"
@@ -108,16 +110,23 @@ def judged(texts: dict[str, list[str]], work: Path, examples: Path | None) -> di
         for row in pq.read_table(part, columns=["id", "rule", "reason"]).to_pylist():
             source, k = row["id"].split(":")
             removed[names[int(source)]][int(k)] = f"{row['rule']}/{row['reason']}"
-    return removed
+    kept_chars: dict[str, dict[int, int]] = {name: {} for name in texts}
+    for part in sorted((out / "kept").glob("*.parquet")):
+        for row in pq.read_table(part, columns=["id", "text"]).to_pylist():
+            source, k = row["id"].split(":")
+            kept_chars[names[int(source)]][int(k)] = len(row["text"])
+    return removed, kept_chars
 
 
 def dirty(removed: dict[int, str]) -> int:
     return sum(1 for r in removed.values() if r.startswith("dirty/"))
 
 
-def genre_row(name: str, source: Source, docs: list[str], removed: dict[int, str], removed_c: dict[int, str],
-              copies: tuple[int, int]) -> tuple[str, bool]:
+def genre_row(name: str, source: Source, docs: list[str], removed: dict[int, str], kept_chars: dict[int, int],
+              removed_c: dict[int, str], copies: tuple[int, int]) -> tuple[str, bool]:
     short = sum(1 for r in removed.values() if r == SHORT)
+    judged_chars = sum(len(t) for k, t in enumerate(docs) if removed.get(k) != SHORT)
+    text_kept = 100 * sum(kept_chars.values()) / max(judged_chars, 1)
     n = len(docs) - short
     rules = Counter(r for r in removed.values() if r != SHORT)
     lost = sum(rules.values())
@@ -125,7 +134,8 @@ def genre_row(name: str, source: Source, docs: list[str], removed: dict[int, str
     kept = 100 * (n - lost) / max(n, 1)
     ok = (not source.high_value or kept >= KEEP_TARGET) and 100 * dirty_c / max(n, 1) <= DIRTY_CLEAN_TARGET
     top = ", ".join(f"{r} {c}" for r, c in rules.most_common(4)) or "-"
-    print(f"{name:<58} {len(docs):>6} {copies[0] + copies[1]:>6} {short:>6} {kept:>6.1f}% {rate(lost, n)}  "
+    print(f"{name:<58} {len(docs):>6} {copies[0] + copies[1]:>6} {short:>6} {kept:>6.1f}% {text_kept:>6.1f}% "
+          f"{rate(lost, n)}  "
           f"{rate(dirty_c, n)}  {'ok' if ok else 'MISSED'}  {top}")
     return name, ok
 
@@ -154,17 +164,18 @@ def main() -> None:
         texts[f"{name} ham"] = [t for is_spam, t in rows if not is_spam]
     with tempfile.TemporaryDirectory(prefix="genre-keep-") as tmp:
         work = Path(tmp)
-        plain = judged(texts, work, None)
-        with_classifier = judged(texts, work, examples_file(tune_rows, work / "examples.tsv"))
-    report(args, genres, texts, plain, with_classifier)
+        plain, kept_chars = judged(texts, work, None)
+        with_classifier, _ = judged(texts, work, examples_file(tune_rows, work / "examples.tsv"))
+    report(args, genres, texts, plain, kept_chars, with_classifier)
 
 
-def report(args, genres: dict, texts: dict, plain: dict, with_classifier: dict) -> None:
+def report(args, genres: dict, texts: dict, plain: dict, kept_chars: dict, with_classifier: dict) -> None:
     print(f"\nscored: the {args.score} halves; every rule at its defaults, dedup off; 'dirty +clf' = the dirty rule "
           f"with the classifier learned from the shared labeled tune halves")
-    print(f"{'genre':<58} {'docs':>6} {'copies':>6} {'short':>6} {'kept':>7} {'removed by the rules':>22}  "
+    print("'text' = characters of the kept documents after the rules' edits (C4 removes lines), of all the judged")
+    print(f"{'genre':<58} {'docs':>6} {'copies':>6} {'short':>6} {'kept':>7} {'text':>7} {'removed by the rules':>22}  "
           f"{'dirty +clf':>22}  target  rules that removed most")
-    results = [genre_row(name, source, texts[name], plain[name], with_classifier[name], copies)
+    results = [genre_row(name, source, texts[name], plain[name], kept_chars[name], with_classifier[name], copies)
                for name, (source, copies) in genres.items()]
     print(f"\n{'labeled set':<58} {'docs':>6} {'any rule (defaults)':>22}  {'dirty (defaults)':>22}  "
           f"{'dirty (+ classifier)':>22}")

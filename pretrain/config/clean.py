@@ -94,6 +94,9 @@ class C4Settings(Strict):
     """C4 rules (Raffel et al. 2020), English: line filters that edit the text, then document checks."""
     mode: RuleMode = Field("drop", description=MODE_DOC + " (in tag mode lines are not removed)")
     remove_citations: bool = True
+    join_wrapped_lines: bool = Field(True, description="judge a hard-wrapped paragraph (a line without terminal "
+                                     "punctuation, then one that starts in lower case) as one line, as e-mail, "
+                                     "Markdown and plain-text books wrap it; off: each line alone, as C4 did")
     drop_lines_without_terminal_punct: bool = True
     min_words_per_line: int = 3
     max_word_length: int = 1000

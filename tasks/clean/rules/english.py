@@ -67,28 +67,48 @@ class GopherRepetitionRule(Rule):
 
 
 def c4_filter_lines(text: str, s) -> tuple[str, dict[str, int]]:
-    """C4's line filters: returns the kept text and how many lines each filter removed."""
+    """C4's line filters: returns the kept text and how many lines each filter removed. A hard-wrapped
+    paragraph is judged as the one line it would be on a web page, and kept with its line breaks."""
     kept, removed = [], {"no_terminal_punct": 0, "few_words": 0, "long_word": 0, "javascript": 0, "policy": 0}
+    for lines in logical_lines(text, s.join_wrapped_lines):
+        if s.remove_citations:
+            lines = [_CITATION.sub("", line) for line in lines]
+        failed = c4_line_failure(" ".join(lines), s)
+        if failed:
+            removed[failed] += len(lines)
+        else:
+            kept.extend(lines)
+    return "\n".join(kept), removed
+
+
+def logical_lines(text: str, join_wrapped: bool) -> list[list[str]]:
+    """The stripped non-empty lines, grouped: a line without terminal punctuation followed by one that starts in
+    lower case is one line wrapped (e-mail, Markdown, plain-text books wrap at a width; web text does not)."""
+    groups: list[list[str]] = []
+    previous = ""
     for line in text.split("\n"):
         line = line.strip()
-        if not line:
-            continue
-        if s.remove_citations:
-            line = _CITATION.sub("", line)
-        words = line.split()
-        if any(len(w) > s.max_word_length for w in words):
-            removed["long_word"] += 1
-        elif s.drop_lines_without_terminal_punct and (not line.endswith(C4_END_PUNCT) or line.endswith("...")):
-            removed["no_terminal_punct"] += 1
-        elif len(words) < s.min_words_per_line:
-            removed["few_words"] += 1
-        elif s.drop_javascript_lines and "javascript" in line.lower():
-            removed["javascript"] += 1
-        elif s.drop_policy_lines and any(p in line.lower() for p in POLICY_SUBSTRINGS):
-            removed["policy"] += 1
-        else:
-            kept.append(line)
-    return "\n".join(kept), removed
+        if line and join_wrapped and previous and line[0].islower() and not previous.endswith(C4_END_PUNCT):
+            groups[-1].append(line)
+        elif line:
+            groups.append([line])
+        previous = line
+    return groups
+
+
+def c4_line_failure(line: str, s) -> str | None:
+    words = line.split()
+    if any(len(w) > s.max_word_length for w in words):
+        return "long_word"
+    if s.drop_lines_without_terminal_punct and (not line.endswith(C4_END_PUNCT) or line.endswith("...")):
+        return "no_terminal_punct"
+    if len(words) < s.min_words_per_line:
+        return "few_words"
+    if s.drop_javascript_lines and "javascript" in line.lower():
+        return "javascript"
+    if s.drop_policy_lines and any(p in line.lower() for p in POLICY_SUBSTRINGS):
+        return "policy"
+    return None
 
 
 class C4Rule(Rule):

@@ -107,6 +107,20 @@ def test_c4_line_filters_and_document_checks():
                   gopher_quality={"mode": "off"}) == "c4_too_few_sentences"
 
 
+def test_c4_judges_a_hard_wrapped_paragraph_as_one_line_and_keeps_its_breaks():
+    # an e-mail body wrapped at 72 columns: no physical line but the last ends a sentence
+    wrapped = ("Thanks for the report. I read the numbers from the second run and I think\n"
+               "we should move the meeting to Thursday, when the whole team is back from\n"
+               "the conference in Lyon.\n\nMenu\nNews\nSports")
+    kept, removed = c4_filter_lines(wrapped, RulesConfig().c4)
+    assert kept == wrapped.split("\n\n")[0] and removed["no_terminal_punct"] == 3
+    kept, removed = c4_filter_lines(wrapped, RulesConfig(c4={"join_wrapped_lines": False}).c4)
+    assert kept == "the conference in Lyon." and removed["no_terminal_punct"] == 5
+    # web text: a menu line is not joined to the sentence that follows it in upper case
+    kept, _ = c4_filter_lines("Home | About | Contact\n" + EN_GOOD, RulesConfig().c4)
+    assert kept == EN_GOOD
+
+
 def test_c4_edits_the_text_before_it_is_judged_and_names_an_emptied_document():
     from pretrain.config import CleanConfig, SourceConfig
     from tasks.clean.readers import RawDoc

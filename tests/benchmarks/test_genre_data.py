@@ -1,0 +1,31 @@
+"""The genre benchmark's readers cut documents where the genre does: a law's chapters, a page's sections."""
+from benchmarks._genre_data import markdown_split, zh_law_chapters
+
+LAW = """中华人民共和国示例法
+目录
+第一章 总则
+第二章 管理
+第一节 一般规定
+第二节 特别规定
+第三章 附则
+第一章 总则
+第一条 为了规范示例活动，制定本法。
+第二章 管理
+第一节 一般规定
+第二条 国家对示例活动实行统一管理。
+第三章 附则
+第三条 本法自公布之日起施行。
+"""
+
+
+def test_a_law_is_cut_into_its_chapters_and_its_table_of_contents_is_not_one(tmp_path):
+    (tmp_path / "law.txt").write_text(LAW, encoding="utf-8")
+    chapters = [text for _, text in zh_law_chapters([tmp_path / "law.txt"])]
+    assert [c.split("\n")[0] for c in chapters] == ["第一章 总则", "第二章 管理", "第三章 附则"]
+    assert all("第" in c and "条" in c for c in chapters)
+
+
+def test_a_comment_inside_a_fenced_code_block_does_not_start_a_section():
+    page = "# Launch\nRun it on every node:\n```bash\n# hostfile\nworker-1 slots=8\n```\n## Next\nMore text."
+    assert markdown_split(page) == ["# Launch\nRun it on every node:\n```bash\n# hostfile\nworker-1 slots=8\n```",
+                                    "## Next\nMore text."]

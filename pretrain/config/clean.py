@@ -126,6 +126,8 @@ class ChineseSettings(Strict):
     min_punct_per_kchar: float = Field(5.0, ge=0, description="minimum CJK/ASCII punctuation marks per 1000 characters (run-on or keyword-stuffed text has none)")
     top_char_ngram: dict[int, float] = Field(default_factory=lambda: {2: 0.2, 4: 0.16},
                                              description="max share of text covered by the most frequent character n-gram")
+    repair_doubled_min_chars: int = Field(100, ge=0, description="a text that runs twice in a row (a passage of at "
+                                          "least this many characters, then its copy) keeps one copy; 0: off")
     dup_sentence_frac: float = Field(0.3, ge=0, le=1, description="max share of the text's characters in "
                                      "sentences that repeat an earlier sentence of the document")
     min_sentence_chars: int = Field(6, ge=1, description="shorter sentences ('是。', '第一条') may repeat freely")

@@ -77,6 +77,44 @@ def dup_sentence_chars(text: str, min_chars: int) -> tuple[int, int]:
     return find_duplicates(long_ones)[1], sum(map(len, sentences))
 
 
+def doubled_span(text: str, min_chars: int, probe: int = 32, step: int = 64) -> tuple[int, int] | None:
+    """(start, end) of the second copy where a passage of at least min_chars runs twice in a row (a scraper that
+    printed an article's body twice), else None. Probes every `step` characters for a later copy, then measures
+    the match around it."""
+    n = len(text)
+    for i in range(0, n - 2 * min_chars + 1, step):
+        key = text[i:i + probe]
+        j = text.find(key, i + min_chars)
+        while j != -1:
+            period = j - i
+            if _common_suffix(text, i, j) + _common_prefix(text, i, j) >= period:
+                start = i - _common_suffix(text, i, j)
+                return start + period, start + 2 * period
+            j = text.find(key, j + 1)
+    return None
+
+
+def _common_prefix(text: str, a: int, b: int) -> int:
+    """How many characters from a and from b agree (b > a)."""
+    n, limit = 0, len(text) - b
+    while n < limit:
+        step = min(64, limit - n)
+        if text[a + n:a + n + step] != text[b + n:b + n + step]:
+            while text[a + n] == text[b + n]:
+                n += 1
+            return n
+        n += step
+    return n
+
+
+def _common_suffix(text: str, a: int, b: int) -> int:
+    """How many characters before a and before b agree (b > a)."""
+    n = 0
+    while n < a and text[a - n - 1] == text[b - n - 1]:
+        n += 1
+    return n
+
+
 def top_ngram_chars(units: list[str], n: int, joiner: str = " ") -> int:
     """Characters covered by the most frequent n-gram (its length times its count)."""
     if len(units) < n:

@@ -1,13 +1,22 @@
 """Chinese prose rules: character-based equivalents of the length, ratio and repetition rules."""
 from __future__ import annotations
 
-from tasks.clean.features import dup_char_ngram_chars, dup_sentence_chars, top_char_ngram_chars
+from tasks.clean.features import doubled_span, dup_char_ngram_chars, dup_sentence_chars, top_char_ngram_chars
 from tasks.clean.rules.base import Doc, Outcome, Rule
 
 
 class ChineseRule(Rule):
     name = "chinese"
     channels = ("zh",)
+    edit_repair = "zh_doubled_text_removed"
+    emptied_reason = "zh_doubled_text_removed"  # never: one copy always stays
+
+    def edit(self, text: str) -> str:
+        """A text printed twice in a row keeps one copy: the article is worth keeping, the scraper's copy is not."""
+        if self.mode != "drop" or not self.settings.repair_doubled_min_chars:
+            return text
+        span = doubled_span(text, self.settings.repair_doubled_min_chars)
+        return text[:span[0]] + text[span[1]:] if span else text
 
     def evaluate(self, doc: Doc) -> Outcome:
         s, f, out = self.settings, doc.feats, Outcome(self.name)

@@ -3,8 +3,8 @@ import pytest
 
 from pretrain.config import NormalizeConfig, RulesConfig
 from tasks.clean.channel import detect_channel
-from tasks.clean.features import (DocFeatures, dup_char_ngram_chars, dup_ngram_chars, dup_sentence_chars,
-                                  find_duplicates, top_ngram_chars)
+from tasks.clean.features import (DocFeatures, doubled_span, dup_char_ngram_chars, dup_ngram_chars,
+                                  dup_sentence_chars, find_duplicates, top_ngram_chars)
 from tasks.clean.normalize import normalize_text, to_simplified
 from tasks.clean.rules import Doc, build_rules, judge_rules
 from tasks.clean.rules.dirty import DomainBlocklist, Lexicon, PatternSet, builtin_paths
@@ -173,6 +173,21 @@ def test_chinese_keeps_formulaic_law_and_drops_copied_text():
     advert = "本店新到一批进口手表，欢迎各位朋友选购！"
     assert reason(ZH_GOOD + advert * 3 + ZH_GOOD[:40] + "。" + advert * 2, "zh", dirty={"mode": "off"}) == \
         "zh_repeated_text"
+
+
+def test_a_chinese_article_printed_twice_keeps_one_copy():
+    from pretrain.config import CleanConfig, SourceConfig
+    from tasks.clean.judge import Cleaner
+    from tasks.clean.readers import RawDoc
+
+    body = ZH_GOOD + "傍晚时分，市场渐渐安静下来，摊主们收拾好摊位，三三两两地回家去了。"
+    scraped = "菜市场的早晨\n" + body + body  # the title, then the body twice, as THUCNews has some articles
+    cleaner = Cleaner(CleanConfig(sources=[SourceConfig(path="unused.jsonl")]))
+    kept = cleaner.judge(RawDoc("a", scraped, "news", "zh"))
+    assert kept.failure is None and kept.text == "菜市场的早晨\n" + body
+    assert "zh_doubled_text_removed" in kept.repairs
+    assert reason(scraped, "zh", chinese={"repair_doubled_min_chars": 0}) == "zh_repeated_text"
+    assert reason(ZH_LAW_CHAPTER, "zh") is None and doubled_span(ZH_LAW_CHAPTER, 100) is None
 
 
 def test_dup_sentence_chars_counts_repeats_inside_a_line():

@@ -105,17 +105,20 @@ def judged(texts: dict[str, list[str]], work: Path, examples: Path | None) -> tu
     out = work / ("clean-classifier" if examples else "clean")
     run_clean(cfg, out)
     removed: dict[str, dict[int, str]] = {name: {} for name in texts}
-    names = list(texts)
-    for part in sorted((out / "rejects").glob("*.parquet")):
-        for row in pq.read_table(part, columns=["id", "rule", "reason"]).to_pylist():
-            source, k = row["id"].split(":")
-            removed[names[int(source)]][int(k)] = f"{row['rule']}/{row['reason']}"
+    for name, k, row in rows_by_document(out / "rejects", list(texts), ["rule", "reason"]):
+        removed[name][k] = f"{row['rule']}/{row['reason']}"
     kept_chars: dict[str, dict[int, int]] = {name: {} for name in texts}
-    for part in sorted((out / "kept").glob("*.parquet")):
-        for row in pq.read_table(part, columns=["id", "text"]).to_pylist():
-            source, k = row["id"].split(":")
-            kept_chars[names[int(source)]][int(k)] = len(row["text"])
+    for name, k, row in rows_by_document(out / "kept", list(texts), ["text"]):
+        kept_chars[name][k] = len(row["text"])
     return removed, kept_chars
+
+
+def rows_by_document(folder: Path, names: list[str], columns: list[str]):
+    """(source name, document index, row) of every row of the clean stage's parquet parts in folder."""
+    for part in sorted(folder.glob("*.parquet")):
+        for row in pq.read_table(part, columns=["id", *columns]).to_pylist():
+            source, k = row["id"].split(":")
+            yield names[int(source)], int(k), row
 
 
 def dirty(removed: dict[int, str]) -> int:

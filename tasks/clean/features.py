@@ -86,10 +86,9 @@ def doubled_span(text: str, min_chars: int, probe: int = 32, step: int = 64) -> 
         key = text[i:i + probe]
         j = text.find(key, i + min_chars)
         while j != -1:
-            period = j - i
-            if _common_suffix(text, i, j) + _common_prefix(text, i, j) >= period:
-                start = i - _common_suffix(text, i, j)
-                return start + period, start + 2 * period
+            period, before = j - i, _common_suffix(text, i, j)
+            if before + _common_prefix(text, i, j) >= period:
+                return i - before + period, i - before + 2 * period
             j = text.find(key, j + 1)
     return None
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from pretrain.config import parse_config
+from pretrain.config import merged_train, parse_config
 from tasks.clean.stage import run_clean
 from tasks.tokenize import run_tokenize
 from tasks.tokenizer.train import run_tokenizer
@@ -21,7 +21,7 @@ def demo_config(tmp: Path, dim: int, max_seq_len: int, train: dict, preflight: d
     data["clean"]["sources"] = [{"path": str(ROOT / "demo/corpus/paragraphs.jsonl"), "name": "demo", "id_field": "id"}]
     data["model"] = {"dim": dim, "n_layers": 4, "n_heads": 8, "n_kv_heads": 4, "ffn_hidden": dim * 8 // 3 // 64 * 64,
                      "max_seq_len": max_seq_len}
-    data["train"].update(train)
+    data["train"] = merged_train(data["train"], train)
     data["preflight"].update(preflight or {})
     return parse_config(data)
 

@@ -20,7 +20,8 @@ from pathlib import Path
 import torch
 
 from model.protocol import EVENTS_FILE, METRICS_FILE, read_jsonl
-from pretrain.config import ModelConfig, PipelineConfig, RecoveryConfig, TrainConfig, embedding_rows, load_config
+from pretrain.config import (ModelConfig, PipelineConfig, RecoveryConfig, TrainConfig, embedding_rows, load_config,
+                             nested_train)
 
 ROOT = Path(__file__).resolve().parents[1]
 MFU_TARGET = 0.45
@@ -131,13 +132,14 @@ def throughput_run(ctx: Context, name: str, size: Size, **train) -> dict:
     shape = {"seq_len": size.seq_len, "micro_batch_size": size.micro_batch_size, "steps": size.steps,
              "warmup_steps": size.warmup_steps, "lr": size.lr, "min_lr": size.lr / 10, "zero_stage": 1,
              "save_every": 10**6, "save_final": False, "anomaly": {"enabled": False}}
-    settings = TrainConfig(**watched(ctx, **{**shape, **train}))
+    settings = TrainConfig(**nested_train(watched(ctx, **{**shape, **train})))
     started = time.perf_counter()
     run_train(model_config(size), settings, sized_tokenizer(ctx, size), ctx.tokens, out, {}, log_line=log_line)
+    compute = settings.compute
     return {**measured(out, size.warmup_steps_skipped), "seq_len": size.seq_len, "preset": size.preset,
-            "micro_batch_size": settings.micro_batch_size, "ranks": settings.num_gpus,
-            "zero_stage": settings.zero_stage, "activation_checkpointing": settings.activation_checkpointing,
-            "compile": settings.compile and settings.compile_backend, "sdpa_backend": settings.sdpa_backend,
+            "micro_batch_size": settings.batch.micro_batch_size, "ranks": settings.cluster.num_gpus,
+            "zero_stage": settings.cluster.zero_stage, "activation_checkpointing": compute.activation_checkpointing,
+            "compile": compute.compile and compute.compile_backend, "sdpa_backend": compute.sdpa_backend,
             "checkpoints_saved": len(list((out / "checkpoints").glob("step_*"))) if (out / "checkpoints").is_dir() else 0,
             "wall_s": round(time.perf_counter() - started, 1)}
 
@@ -243,9 +245,10 @@ def check_train_stage(ctx: Context) -> dict:
     common = watched(ctx, seq_len=size.seq_len, micro_batch_size=size.micro_batch_size, warmup_steps=1, lr=3e-4,
                      min_lr=3e-5, save_every=2, anomaly={"enabled": False})
     tokenizer = sized_tokenizer(ctx, size)
-    first = run_train(model_config(size), TrainConfig(**common, steps=size.steps), tokenizer, ctx.tokens, out, {},
+    settings = nested_train(common)
+    first = run_train(model_config(size), TrainConfig(**settings, steps=size.steps), tokenizer, ctx.tokens, out, {},
                       log_line)
-    second = run_train(model_config(size), TrainConfig(**common, steps=size.steps + 2), tokenizer, ctx.tokens, out,
+    second = run_train(model_config(size), TrainConfig(**settings, steps=size.steps + 2), tokenizer, ctx.tokens, out,
                        {}, log_line)
     starts = [e["step"] for e in read_jsonl(out / EVENTS_FILE) if e.get("event") == "start"]
     logged = [m for m in read_jsonl(out / METRICS_FILE) if "loss" in m]
@@ -264,9 +267,10 @@ def check_rollback(ctx: Context) -> dict:
     from tasks.train.monitored import run_monitored
     from tasks.train.recovery import decisions
 
-    train = TrainConfig(**watched(ctx, seq_len=128, micro_batch_size=4, steps=12, save_every=3, lr=1e-3, min_lr=1e-4,
-                                  warmup_steps=2, recovery=RecoveryConfig(rollback_gap_steps=1, skip_margin_steps=1)))
-    per_step = train.micro_batch_size * train.num_gpus * train.grad_accum
+    recovery = RecoveryConfig(rollback_gap_steps=1, skip_margin_steps=1)
+    train = TrainConfig(**nested_train(watched(ctx, seq_len=128, micro_batch_size=4, steps=12, save_every=3, lr=1e-3,
+                                               min_lr=1e-4, warmup_steps=2, recovery=recovery)))
+    per_step = train.batch.micro_batch_size * train.cluster.num_gpus * train.batch.grad_accum
     poisoned = (7 * per_step, 8 * per_step)  # step 8's samples
     out = ctx.dir("rollback_drill")
     shutil.rmtree(out, ignore_errors=True)
@@ -337,8 +341,8 @@ def preflight_config(ctx: Context, root: Path, tools: Path) -> PipelineConfig:
     size = ctx.size("stage")
     nccl_dir, nvbw = tools / "nccl-tests" / "build", tools / "nvbandwidth" / "nvbandwidth"
     data.update(run_root=str(root), model={"preset": size.preset, "max_seq_len": max(size.seq_len, 256)},
-                train=watched(ctx, seq_len=size.seq_len, micro_batch_size=size.micro_batch_size, steps=10,
-                              warmup_steps=1, zero_stage=1),
+                train=nested_train(watched(ctx, seq_len=size.seq_len, micro_batch_size=size.micro_batch_size,
+                                           steps=10, warmup_steps=1, zero_stage=1)),
                 preflight={"profile": "cpu-ci" if ctx.sim else "h200-1x", "allreduce_ranks": ctx.ranks,
                            "allreduce_mb": 8 if ctx.sim else 256, "storage_test_mb": 64, "min_free_gb": 1,
                            "report_only": ["shared_storage"], "comm_profile_steps": 3,

@@ -11,7 +11,7 @@ Per link speed:
   grid       ZeRO 1/2/3 x G in {1, 4} x buckets {DeepSpeed's 5e8, the model in 8}: each trains --steps steps,
              --repeats times, the rounds interleaved (a slow spell of this shared machine falls on every cell
              alike); a run's figures: the median step time after the first two (profiled steps left out), the
-             median communication share and overlap of its profiled steps (train.comm_profile_every); a cell's:
+             median communication share and overlap of its profiled steps (train.watch.comm_profile_every); a cell's:
              the median over its runs, and their spread (slowest / fastest)
   predicted  tasks/train/comm_model.py on the calibration's figures (tasks/train/comm_plan.py measured_cluster)
 Targets: measured step time within +-20% of predicted in every cell; for each G, the cell the plan chooses
@@ -68,8 +68,8 @@ def calibrate(cfg, tmp: Path):
 
 def measure(cfg, tmp: Path, layout: Layout, steps: int, rate: float, round_: int) -> dict:
     out = tmp / f"{rate:g}mbit-z{layout.zero_stage}-g{layout.grad_accum}-b{layout.bucket}-r{round_}"  # metrics append
-    train = cfg.train.model_copy(update={"zero_stage": layout.zero_stage, "grad_accum": layout.grad_accum,
-                                         "bucket_size": layout.bucket, "comm_profile_every": 3, "steps": steps})
+    train = cfg.train.changed(zero_stage=layout.zero_stage, grad_accum=layout.grad_accum, bucket_size=layout.bucket,
+                              comm_profile_every=3, steps=steps)
     run_train(cfg.model, train, tmp / "tokenizer", tmp / "tokens", out, {}, log_line=lambda _: None)
     metrics = [m for m in read_jsonl(out / "metrics.jsonl") if m["step"] > SKIP]
     profiled = [m for m in metrics if "comm_s" in m]

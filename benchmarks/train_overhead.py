@@ -53,7 +53,7 @@ def bare_steps(cfg, tmp: Path, steps: int) -> list[float]:
     deepspeed = str(Path(sys.executable).parent / "deepspeed")
     port = free_port()
     try:
-        proc = subprocess.run([deepspeed, "--master_port", str(port), "--num_gpus", str(cfg.train.num_gpus),
+        proc = subprocess.run([deepspeed, "--master_port", str(port), "--num_gpus", str(cfg.train.cluster.num_gpus),
                                str(ROOT / "benchmarks" / "_bare_deepspeed.py"), "--spec", str(spec), "--steps", str(steps)],
                               capture_output=True, text=True, env=launcher_env(cfg.train, {}))
     finally:
@@ -74,7 +74,8 @@ def main() -> None:
     try:
         cfg = config(tmp, args.dim, args.steps)
         prepare(cfg, tmp)
-        tokens_per_step = cfg.train.micro_batch_size * cfg.train.num_gpus * cfg.train.grad_accum * cfg.train.seq_len
+        batch = cfg.train.batch
+        tokens_per_step = batch.micro_batch_size * cfg.train.cluster.num_gpus * batch.grad_accum * batch.seq_len
         program, bare, round_ratios = [], [], []
         for k in range(args.rounds):  # alternate, so drift on a shared machine hits both
             p_k, b_k = program_steps(cfg, tmp, k), bare_steps(cfg, tmp, args.steps)
@@ -82,7 +83,7 @@ def main() -> None:
             round_ratios.append(statistics.median(b_k) / statistics.median(p_k))
         p, b = statistics.median(program), statistics.median(bare)
         print(f"\nmodel dim {args.dim}, 4 layers, seq 256, global batch {tokens_per_step} tokens, "
-              f"{cfg.train.num_gpus} CPU ranks, {os.cpu_count()} cores; medians of {len(program)} / {len(bare)} steps")
+              f"{cfg.train.cluster.num_gpus} CPU ranks, {os.cpu_count()} cores; medians of {len(program)} / {len(bare)} steps")
         print(f"{'loop':<10}{'s/step':>10}{'tokens/s':>12}{'ratio':>8}")
         print(f"{'bare':<10}{b:>10.4f}{tokens_per_step / b:>12,.0f}{1.0:>8.3f}")
         print(f"{'program':<10}{p:>10.4f}{tokens_per_step / p:>12,.0f}{b / p:>8.3f}   (target >= 0.95)")

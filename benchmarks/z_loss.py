@@ -1,4 +1,4 @@
-"""z-loss over a deep decay on small batches: what train.z_loss's default rests on.
+"""z-loss over a deep decay on small batches: what train.optimizer.z_loss's default rests on.
 
     python benchmarks/z_loss.py [--z 0 1e-5 1e-4 1e-3] [--steps 400] [--seeds 2] [--dim 128]
 
@@ -47,7 +47,7 @@ def config(tmp: Path, shared: Path, dim: int, steps: int):
 
 def one_run(cfg, tmp: Path, z: float, seed: int) -> dict:
     out = tmp / f"z{z:g}-seed{seed}"
-    train = cfg.train.model_copy(update={"z_loss": z, "seed": seed})
+    train = cfg.train.changed(z_loss=z, seed=seed)
     run_train(cfg.model, train, tmp / "tokenizer", tmp / "tokens", out, {}, log_line=lambda _: None)
     lines = read_jsonl(out / "metrics.jsonl")
     steps = {m["step"]: m for m in lines if "loss" in m}

@@ -57,8 +57,8 @@ def resolve_inputs(args) -> dict:
         peak, peak_note = peak_tflops(args.gpu), f"{args.gpu} (bf16 dense)"
         if peak is None:
             raise ValueError(f"no peak TFLOP/s known for GPU {args.gpu!r}; pass --peak-tflops")
-    if peak is None and cfg and cfg.train and cfg.train.peak_tflops_per_gpu:
-        peak, peak_note = cfg.train.peak_tflops_per_gpu, "train.peak_tflops_per_gpu"
+    if peak is None and cfg and cfg.train and cfg.train.watch.peak_tflops_per_gpu:
+        peak, peak_note = cfg.train.watch.peak_tflops_per_gpu, "train.watch.peak_tflops_per_gpu"
     if peak is None:
         peak, peak_note = peak_tflops("H100"), "H100 assumed (pass --gpu)"
     mfu, mfu_note = args.mfu, "--mfu"

@@ -134,7 +134,7 @@ def finish(run: StageRun, result: dict) -> None:
     run.set_tag("final_checkpoint", f"{result['checkpoint_dir']}/{result['latest_checkpoint']}")
     if (out / PLAN_FILE).is_file():  # the last launch's: a relaunch on fewer nodes plans anew
         run.set_tags(plan_tags(read_json(out / PLAN_FILE)))
-    if run.cfg.train.export_hf and result["latest_checkpoint"]:
+    if run.cfg.train.checkpoint.export_hf and result["latest_checkpoint"]:
         result["hf_export"] = export_task(str(out), str(run.dir("tokenizer")), result["latest_checkpoint"])["export_dir"]
         run.set_tag("hf_export", result["hf_export"])
     mirror = mirror_status(out)

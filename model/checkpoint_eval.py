@@ -1,6 +1,6 @@
 """Score one saved checkpoint on the held-out samples of every channel, in one process (no DeepSpeed ranks).
 
-The samples are the ones training held out (train.eval_samples_per_channel, from
+The samples are the ones training held out (train.data.eval_samples_per_channel, from
 the end of each channel's data), so the figures line up with the in-training eval.
 """
 from __future__ import annotations
@@ -54,7 +54,7 @@ def held_out_scores(model: Transformer, spec: Spec, device: str = "cpu", batch: 
                     max_samples_per_channel: int | None = None, trained_in: str = "the run") -> dict:
     """Perplexity, mean loss and tokens per channel of `model` on the samples the run of `spec` held out."""
     if not spec.data.eval_samples_per_channel:
-        raise ValueError(f"{trained_in} was trained without a held-out set (train.eval_samples_per_channel: 0); "
+        raise ValueError(f"{trained_in} was trained without a held-out set (train.data.eval_samples_per_channel: 0); "
                          f"nothing unseen to score it on. Set it above 0 for the next run")
     dataset = training_dataset(spec.data.tokens_dir, spec.data)
     result = {"ppl": {}, "loss": {}, "tokens": {}}

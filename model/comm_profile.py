@@ -123,7 +123,7 @@ def timed_steps(run_step: Callable[[], None], steps: int) -> float:
 @contextmanager
 def probed(active: bool) -> Iterator[dict]:
     """Profile the block when `active`: afterwards the dict holds this rank's communication seconds and the
-    block's wall time (the training loop measures one step in train.comm_profile_every this way)."""
+    block's wall time (the training loop measures one step in train.watch.comm_profile_every this way)."""
     found: dict = {}
     if not active:
         yield found

@@ -109,7 +109,7 @@ def pool_key(entry: dict, manifest: dict, by: PoolBy) -> str:
         return "all"
     if by == "quality":
         if "qualities" not in manifest:
-            raise DataError("train.mixture.by: quality needs token shards split by quality, which this tokens "
+            raise DataError("train.data.mixture.by: quality needs token shards split by quality, which this tokens "
                             f"directory predates; {_fix_hint()}")
         return entry["quality"]
     return entry["channel"] if by == "channel" else manifest["sources"][entry["source_id"]]
@@ -148,7 +148,7 @@ class TokenDataset:
         self.num_samples = sum(p.num_samples for p in self.pools)
         if self.num_samples == 0:
             raise DataError(f"{self.dir} holds {self.manifest['total_tokens']} tokens, fewer than one sample of "
-                             f"seq_len+1={seq_len + 1} in any pool; add data or lower train.seq_len")
+                             f"seq_len+1={seq_len + 1} in any pool; add data or lower train.batch.seq_len")
         self.pool_first_ids = np.array([p.first_id for p in self.pools] + [self.num_samples], dtype=np.int64)
 
     def _hold_out(self, per_channel: int) -> None:
@@ -364,7 +364,7 @@ class GlobalSampler:
         for key, shares in (("weights", weights), ("decay_weights", decay_weights or [])):
             if any(w > 0 and size == 0 for size, w in zip(self.sizes, shares)):
                 raise DataError(f"a pool with positive mixture weight holds no complete sample; "
-                                f"drop it from train.mixture.{key} or add data")
+                                f"drop it from train.data.mixture.{key} or add data")
         self.seed = seed
         self.state = state or SamplerState()
         if self.state.order not in DATA_ORDERS:
@@ -476,7 +476,7 @@ def pool_shares(weights: dict[str, float] | None, names: list[str], key: str, po
         return None
     unknown = sorted(set(weights) - set(names))
     if unknown:
-        raise DataError(f"train.mixture.{key} names {unknown}, which the dataset's pools by "
+        raise DataError(f"train.data.mixture.{key} names {unknown}, which the dataset's pools by "
                         f"{pool_by} do not include; available: {names}")
     return [weights.get(n, 0.0) for n in names]
 

@@ -12,7 +12,7 @@ EXIT_STOPPED = 43   # stopped on SIGTERM after saving a checkpoint
 EXIT_CONFIG = 44    # bad spec / data: retrying will not help
 EXIT_UNSAVED = 45   # trained to the last step but could not save it (no room): the work since the last checkpoint
                     # is not durable; retrying would train it again into the same full disk
-EXIT_HUNG = 46      # made no progress for train.hang_timeout_s: stacks are in <train_dir>/hangs (model/watchdog.py)
+EXIT_HUNG = 46      # made no progress for train.watch.hang_timeout_s: stacks are in <train_dir>/hangs (model/watchdog.py)
 EXIT_UNUSABLE = 47  # the checkpoint to resume from did not load (a corrupt file, DeepSpeed's step not its own): it is
                     # marked UNUSABLE, and the next launch resumes from the newest one before it
 

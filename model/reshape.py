@@ -81,7 +81,7 @@ def resume_point(ckpt_dir: Path, tag: str, meta: dict, now: Layout) -> ResumePoi
     if point.reshaped and 0 in (saved.zero_stage, now.zero_stage):
         raise ReshapeUnsupported(
             f"checkpoint {Path(ckpt_dir) / tag} was saved with {saved.describe()}; resuming it with "
-            f"{now.describe()} needs ZeRO partitions on both sides. Set train.zero_stage: {saved.zero_stage} "
+            f"{now.describe()} needs ZeRO partitions on both sides. Set train.cluster.zero_stage: {saved.zero_stage} "
             f"for this run (ZeRO-1, 2 and 3 convert into each other on any number of ranks)")
     return point
 

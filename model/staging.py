@@ -46,7 +46,7 @@ def stage_tokens(tokens_dir: Path, stage_root: Path) -> Path:
     free = shutil.disk_usage(stage_root).free + _bytes_under(dest)
     if free < need * MARGIN:
         raise StagingError(f"staging needs {need * MARGIN / 1e9:.2f} GB under {stage_root}, which has "
-                           f"{free / 1e9:.2f} GB free; free space there, point train.stage_data_dir at a larger "
+                           f"{free / 1e9:.2f} GB free; free space there, point train.data.stage_data_dir at a larger "
                            f"local disk, or set it to null to read {tokens_dir} in place")
     _remove_other_versions(Path(stage_root), dest)
     dest.mkdir(parents=True, exist_ok=True)

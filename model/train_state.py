@@ -94,7 +94,7 @@ def room_to_save(spec, model: torch.nn.Module, tracker, comm: Comm, step: int) -
             ok = 0.0
             aside = sum(ckpt.checkpoint_bytes(ckpt_dir, t) for t in ckpt.abandoned_tags(ckpt_dir))
             print(f"warning: skipping the checkpoint at step {step}: {free / 1e9:.2f} GB free under {ckpt_dir}, "
-                  f"a checkpoint needs about {need / 1e9:.2f} GB; free disk space or lower train.keep_last"
+                  f"a checkpoint needs about {need / 1e9:.2f} GB; free disk space or lower train.checkpoint.keep_last"
                   + (f" or train.recovery.keep_abandoned (set-aside checkpoints hold {aside / 1e9:.2f} GB)"
                      if aside else ""), file=sys.stderr, flush=True)
             tracker.event({"event": "checkpoint_skipped", "step": step, "reason": "low_disk", "free_bytes": free,
@@ -179,7 +179,7 @@ def checked_position(meta: dict, ckpt_path: Path, spec) -> SamplerState:
     state = SamplerState.from_dict(meta["data_position"])
     if state.order != spec.data.data_order:
         raise ResumeMismatch(f"checkpoint {ckpt_path} counts data positions in the {state.order!r} order, the run "
-                             f"is set to train.data_order={spec.data.data_order!r}; set train.data_order: {state.order} "
+                             f"is set to train.data.order={spec.data.data_order!r}; set train.data.order: {state.order} "
                              f"to finish this run in the order it started with, or start a new run_root")
     return state
 
@@ -187,7 +187,7 @@ def checked_position(meta: dict, ckpt_path: Path, spec) -> SamplerState:
 def checked_meta(spec, ckpt_dir: Path, tag: str) -> dict:
     """The checkpoint's metadata, once it is known to be complete and of this dataset and model."""
     if not ckpt.is_complete(ckpt_dir, tag):
-        raise ResumeMismatch(f"train.resume_tag={tag!r} is not a complete checkpoint under {ckpt_dir}; "
+        raise ResumeMismatch(f"train.checkpoint.resume_tag={tag!r} is not a complete checkpoint under {ckpt_dir}; "
                              f"complete ones: {ckpt.complete_tags(ckpt_dir)}")
     try:
         meta = ckpt.read_meta(ckpt_dir, tag)

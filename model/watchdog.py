@@ -20,12 +20,12 @@ In synchronous data parallel training one hung rank stops every rank (the
 others wait in the next collective), so every rank writes stacks; the train
 stage tells the hung one from the waiting ones (tasks/train/hang.py).
 
-The timeout is train.hang_timeout_s, or by default max(60 s, 10 x the median
+The timeout is train.watch.hang_timeout_s, or by default max(60 s, 10 x the median
 step time so far). From the process group's start to the end of the first
 step (loading data, building the model, resuming, kernel compilation) it is
-train.first_step_timeout_s: a rendezvous or a first collective that never
+train.watch.first_step_timeout_s: a rendezvous or a first collective that never
 returns is caught too, not only a stall mid-run; saving and eval get
-train.slow_phase_timeout_s.
+train.watch.slow_phase_timeout_s.
 """
 from __future__ import annotations
 

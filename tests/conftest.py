@@ -11,7 +11,7 @@ from typing import Iterator
 import pytest
 import yaml
 
-from pretrain.config import parse_config
+from pretrain.config import merged_train, parse_config
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("PRETRAIN_SHARED", ROOT.parent / "shared"))
@@ -42,6 +42,12 @@ def need_shared(path: Path) -> Path:
     return path
 
 
+def set_train(data: dict, **settings) -> dict:
+    """Train settings given by field name (`lr`, `hosts`) written where the nested train section keeps them."""
+    data["train"] = merged_train(data["train"], settings)
+    return data
+
+
 def tiny_dict(run_root: Path, **overrides) -> dict:
     data = yaml.safe_load((ROOT / "configs" / "tiny.yaml").read_text())
     data["run_root"] = str(run_root)
@@ -49,9 +55,11 @@ def tiny_dict(run_root: Path, **overrides) -> dict:
         {"path": str(ROOT / "demo/corpus/paragraphs.jsonl"), "name": "demo-paragraphs", "id_field": "id"},
         {"path": "{stdlib}/json/*.py", "name": "stdlib-json", "channel_hint": "code"},
     ]
-    data["train"].update(steps=6, save_every=3)
+    set_train(data, steps=6, save_every=3)
     for section, values in overrides.items():
-        if isinstance(values, dict):
+        if section == "train":
+            set_train(data, **values)
+        elif isinstance(values, dict):
             data.setdefault(section, {}).update(values)
         else:
             data[section] = values

@@ -21,7 +21,9 @@ from pretrain.config.preflight import (  # noqa: F401
 from pretrain.config.model import (  # noqa: F401
     ModelConfig)
 from pretrain.config.train import (  # noqa: F401
-    HOST_NAME, check_host, HostConfig, MixtureConfig, AnomalyConfig, RecoveryConfig, mirror_target, TrainConfig)
+    HOST_NAME, check_host, HostConfig, MixtureConfig, AnomalyConfig, RecoveryConfig, mirror_target, BatchConfig,
+    OptimizerConfig, ComputeConfig, ClusterConfig, CheckpointConfig, WatchConfig, TrainDataConfig, TrainConfig,
+    SECTION_OF, nested_train, merged_train, MOVED_KEYS, moved_key_hint)
 from pretrain.config.evaluation import (  # noqa: F401
     LmEvalConfig, EvalConfig, ScalingConfig)
 from pretrain.config.pipeline import (  # noqa: F401

@@ -15,7 +15,7 @@ from pretrain.config.evaluation import EvalConfig, ScalingConfig
 from pretrain.config.model import ModelConfig
 from pretrain.config.preflight import PreflightConfig
 from pretrain.config.tokens import TokenizeConfig, TokenizerConfig
-from pretrain.config.train import TrainConfig
+from pretrain.config.train import TrainConfig, moved_key_hint
 from pretrain.stages import PIPELINE
 
 
@@ -48,9 +48,9 @@ class PipelineConfig(Strict):
 
     @model_validator(mode="after")
     def _seq_fits_model(self) -> "PipelineConfig":
-        if self.train and self.model and self.train.seq_len > self.model.max_seq_len:
-            raise ValueError(f"train.seq_len={self.train.seq_len} exceeds model.max_seq_len="
-                             f"{self.model.max_seq_len}; raise model.max_seq_len or lower train.seq_len")
+        if self.train and self.model and self.train.batch.seq_len > self.model.max_seq_len:
+            raise ValueError(f"train.batch.seq_len={self.train.batch.seq_len} exceeds model.max_seq_len="
+                             f"{self.model.max_seq_len}; raise model.max_seq_len or lower train.batch.seq_len")
         return self
 
     def run_root_path(self) -> Path:
@@ -75,7 +75,10 @@ def _describe(err: ValidationError) -> str:
     lines = []
     for e in err.errors():
         where = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        if e["type"] == "extra_forbidden":
+        moved = moved_key_hint(e["loc"], e.get("input"))
+        if moved:
+            lines.append(f"  {where}: {moved}")
+        elif e["type"] == "extra_forbidden":
             lines.append(f"  {where}: unknown key; remove it or check its spelling")
         elif e["type"] == "missing":
             lines.append(f"  {where}: required key is missing")

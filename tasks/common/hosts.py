@@ -1,5 +1,5 @@
 """Cluster nodes as preflight and training both reach them: the hostfile, the configured hosts, and a command
-run on a node through `train.node_command` with the environment the ranks need (never a secret on its command
+run on a node through `train.cluster.node_command` with the environment the ranks need (never a secret on its command
 line)."""
 from __future__ import annotations
 
@@ -38,15 +38,16 @@ def write_hostfile(hosts: list[HostConfig], path: Path) -> Path:
 
 
 def cluster_hosts(train: TrainConfig) -> list[HostConfig]:
-    return list(train.hosts) if train.hosts else read_hostfile(Path(train.hostfile)) if train.hostfile else []
+    cluster = train.cluster
+    return list(cluster.hosts) if cluster.hosts else read_hostfile(Path(cluster.hostfile)) if cluster.hostfile else []
 
 
 def without_hosts(train: TrainConfig, dropped: set[str]) -> TrainConfig:
-    """The settings with the named nodes left out (written as train.hosts)."""
+    """The settings with the named nodes left out (written as train.cluster.hosts)."""
     if not dropped:
         return train
     kept = [h for h in cluster_hosts(train) if h.name not in dropped]
-    return train.model_copy(update={"hosts": kept, "hostfile": None})
+    return train.changed(hosts=kept, hostfile=None)
 
 
 def propagated_env(env: dict[str, str]) -> dict[str, str]:

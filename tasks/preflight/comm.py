@@ -1,5 +1,6 @@
 """Preflight's short profiled training run: how much of a step is communication on these ranks. With
-train.zero_stage auto on more than one rank, a second short run times ZeRO-3 steps for the communication plan."""
+train.cluster.zero_stage auto on more than one rank, a second short run times ZeRO-3 steps for the communication
+plan."""
 from __future__ import annotations
 
 import json
@@ -28,7 +29,8 @@ def check_comm_share(cfg: PipelineConfig, run_root: Path, log_line=lambda _: Non
         result = profiled(cfg, run_root, "profile", {}, log_line)
     except (TrainingFailed, OSError, ValueError) as err:
         return Check("comm_share", FAIL, "profiled run failed", "a profiled run", str(err)[-500:])
-    zero3 = zero3_steps(cfg, run_root, log_line) if cfg.train.zero_stage == "auto" and result["world_size"] > 1 else ""
+    timed_zero3 = cfg.train.cluster.zero_stage == "auto" and result["world_size"] > 1
+    zero3 = zero3_steps(cfg, run_root, log_line) if timed_zero3 else ""
     limits = profile(cfg.preflight.profile, cfg.preflight.baselines_file).get("max_comm_share")
     check = graded("comm_share", round(result["comm_share"], 3), "of step time", limits, "max_comm_share",
                    f"{steps} steps on {result['world_size']} ranks ({result['backend']}), per rank "
@@ -42,9 +44,9 @@ def profiled(cfg: PipelineConfig, run_root: Path, name: str, train_update: dict,
     """A few profiled training steps into preflight/<name>; their profile."""
     out = run_root / "preflight" / name
     shutil.rmtree(out, ignore_errors=True)
-    train = cfg.train.model_copy(update={"steps": 2 * cfg.preflight.comm_profile_steps + 1, "save_every": 10**9,
-                                         "eval_every": 0, "mirror_url": None, "export_hf": False, "resume_tag": None,
-                                         **train_update})
+    train = cfg.train.changed(**{"steps": 2 * cfg.preflight.comm_profile_steps + 1, "save_every": 10**9,
+                                 "eval_every": 0, "mirror_url": None, "export_hf": False, "resume_tag": None,
+                                 **train_update})
     run_train(cfg.model, train, run_root / "tokenizer", run_root / "tokens", out, {}, log_line,
               Overrides(profile_steps=cfg.preflight.comm_profile_steps))
     return json.loads((out / PROFILE_FILE).read_text())

@@ -1,4 +1,4 @@
-"""What one node reports about itself: run on every node (through train.node_command) by the preflight.
+"""What one node reports about itself: run on every node (through train.cluster.node_command) by the preflight.
 
     python -m tasks.preflight.node_probe --run-root DIR
 prints one JSON line: host, clock, GPUs, free disk at the run root, /dev/shm, and

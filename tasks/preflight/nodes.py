@@ -1,6 +1,6 @@
 """Per-node preflight: probe every node of the launch, check clocks, disks and shared storage, and drop failing nodes.
 
-Each node runs tasks.preflight.node_probe through train.node_command (ssh,
+Each node runs tasks.preflight.node_probe through train.cluster.node_command (ssh,
 srun, ... or nothing for this machine). A node that cannot be reached, sees a
 different run root, lacks disk or drifts in time fails; with
 preflight.drop_failing_nodes the train stage gets a hostfile without it.
@@ -80,7 +80,7 @@ def run_node_checks(cfg: PipelineConfig, run_root: Path, out_dir: Path, timeout_
     marker = f".preflight-shared-{uuid.uuid4().hex[:8]}"
     (run_root / marker).write_text("")
     try:
-        reports = [probe_node(h, cfg.train.node_command, run_root, marker, timeout_s) for h in hosts]
+        reports = [probe_node(h, cfg.train.cluster.node_command, run_root, marker, timeout_s) for h in hosts]
     finally:
         (run_root / marker).unlink(missing_ok=True)
     per_node = {h.name: node_checks(r, cfg) for h, r in zip(hosts, reports)}

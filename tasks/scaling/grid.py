@@ -50,7 +50,7 @@ def tokens_per_step(cfg: PipelineConfig) -> int:
 
     t = cfg.train
     ranks = ranks_of(t)
-    return t.seq_len * t.micro_batch_size * grad_accum_for(t, ranks) * ranks
+    return t.batch.seq_len * t.batch.micro_batch_size * grad_accum_for(t, ranks) * ranks
 
 
 def plan_grid(cfg: PipelineConfig) -> tuple[list[GridPoint], list[dict]]:
@@ -74,11 +74,11 @@ def plan_grid(cfg: PipelineConfig) -> tuple[list[GridPoint], list[dict]]:
 
 def point_config(cfg: PipelineConfig, point: GridPoint) -> tuple[ModelConfig, object]:
     model = ModelConfig(dim=point.dim, n_layers=point.n_layers, n_heads=point.n_heads, n_kv_heads=point.n_kv_heads,
-                        ffn_hidden=point.ffn_hidden, max_seq_len=cfg.train.seq_len)
-    train = cfg.train.model_copy(update={
-        "steps": point.steps, "save_every": point.steps, "warmup_steps": min(cfg.train.warmup_steps, point.steps // 10),
-        "eval_every": 0, "keep_last": 1, "keep_every": 0, "export_hf": False, "resume_tag": None,
-        "eval_samples_per_channel": cfg.scaling.eval_samples_per_channel})
+                        ffn_hidden=point.ffn_hidden, max_seq_len=cfg.train.batch.seq_len)
+    train = cfg.train.changed(
+        steps=point.steps, save_every=point.steps, warmup_steps=min(cfg.train.optimizer.warmup_steps, point.steps // 10),
+        eval_every=0, keep_last=1, keep_every=0, export_hf=False, resume_tag=None,
+        eval_samples_per_channel=cfg.scaling.eval_samples_per_channel)
     return model, train
 
 

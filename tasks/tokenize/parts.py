@@ -1,7 +1,7 @@
 """One tokenize task: a kept Parquet file -> token shards, one series per channel, source and quality.
 
 A document's quality is `clean` when no rule in tag mode flagged it, else the family of the first rule that did:
-the mixture can weight those pools (train.mixture.by: quality) instead of the clean stage dropping the text.
+the mixture can weight those pools (train.data.mixture.by: quality) instead of the clean stage dropping the text.
 
 A part is idempotent: its shards and meta.json are written under a temporary
 name and renamed into place, so a retried or resumed stage finds a finished

@@ -57,22 +57,21 @@ def branch_settings(cfg: PipelineConfig, tag: str, tokens: int, mix: dict[str, f
     tag = ckpt.complete_tag(ckpt_dir, tag)
     meta = ckpt.read_meta(ckpt_dir, tag)
     step, global_batch = meta["step"], meta["global_batch"]
-    own_decay = decay_start(t.steps, t.decay_frac, t.decay_steps)
-    if t.schedule == "wsd" and step > own_decay:
+    own_decay = decay_start(t.steps, t.optimizer.decay_frac, t.optimizer.decay_steps)
+    if t.optimizer.schedule == "wsd" and step > own_decay:
         raise ValueError(f"{ckpt_dir / tag} (step {step}) is inside the run's own decay; branch from a stable-phase "
                          f"checkpoint (step <= {own_decay})")
-    if mix and t.mixture is None:
-        raise ValueError("--mix names pools of the run's mixture, and this run has none; set train.mixture "
+    if mix and t.data.mixture is None:
+        raise ValueError("--mix names pools of the run's mixture, and this run has none; set train.data.mixture "
                          "(by: channel or source, its weights) in the config, or anneal on the run's own data")
-    steps = max(1, math.ceil(tokens / (global_batch * t.seq_len)))
+    steps = max(1, math.ceil(tokens / (global_batch * t.batch.seq_len)))
     lr = lr_at(step, train_spec(t))  # where the run was: cosine or wsd, warmup included
-    mixture = t.mixture.model_copy(update={"decay_weights": mix}) if mix else t.mixture
-    settings = t.model_copy(update={
-        "steps": step + steps, "schedule": "wsd", "decay_steps": steps, "lr": lr, "min_lr": min_lr,
-        "warmup_steps": 0, "mixture": mixture, "resume_tag": None, "mirror_url": None})  # the branch's newest
+    mixture = t.data.mixture.model_copy(update={"decay_weights": mix}) if mix else t.data.mixture
+    settings = t.changed(steps=step + steps, schedule="wsd", decay_steps=steps, lr=lr, min_lr=min_lr, warmup_steps=0,
+                         mixture=mixture, resume_tag=None, mirror_url=None)  # the branch's newest
     settings = TrainConfig.model_validate(settings.model_dump())  # the run's own checks, on the branch's values
     source = {"run_root": str(cfg.run_root_path()), "checkpoint": str(ckpt_dir / tag), "tag": tag, "step": step,
-              "tokens": steps * global_batch * t.seq_len, "steps": steps, "lr": lr, "min_lr": min_lr, "mix": mix}
+              "tokens": steps * global_batch * t.batch.seq_len, "steps": steps, "lr": lr, "min_lr": min_lr, "mix": mix}
     return settings, source
 
 
@@ -122,7 +121,7 @@ def run_anneal(cfg: PipelineConfig, name: str, tag: str | None, tokens: int, mix
     final = trained["latest_checkpoint"]
     exported = export_run_checkpoint(out, root / "tokenizer", out / "hf" / final, final)
     scores = evaluate_checkpoint(out, final, cfg.eval.device, cfg.eval.batch_size,
-                                 cfg.eval.max_samples_per_channel) if settings.eval_samples_per_channel else None
+                                 cfg.eval.max_samples_per_channel) if settings.data.eval_samples_per_channel else None
     if scores is not None and cfg.eval.task_files:
         scores["tasks"] = score_task_files(cfg, final, out)
     result = {"name": name, "source": source, "branch_dir": str(out), "final_checkpoint": str(out / "checkpoints" / final),

@@ -190,8 +190,8 @@ def best(predictions: list[Prediction]) -> Prediction:
     then the least exposed communication (so a fast link still overlaps), then the larger micro-batch and bucket."""
     fitting = [p for p in predictions if p.fits]
     if not fitting:
-        raise ValueError("no candidate layout fits the memory per rank; lower train.micro_batch_size, turn on "
-                         "train.activation_checkpointing or use more ranks")
+        raise ValueError("no candidate layout fits the memory per rank; lower train.batch.micro_batch_size, turn on "
+                         "train.compute.activation_checkpointing or use more ranks")
     fastest = min(p.step_s for p in fitting)
     close = [p for p in fitting if p.step_s <= fastest * 1.02]
     return min(close, key=lambda p: (p.layout.zero_stage, round(p.exposed_comm_s, 6), -p.layout.micro_batch,

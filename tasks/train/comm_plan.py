@@ -60,13 +60,13 @@ class CommPlan:
 
 def ranks_of(train: TrainConfig) -> int:
     hosts = cluster_hosts(train)
-    return sum(h.slots for h in hosts) if hosts else train.num_gpus
+    return sum(h.slots for h in hosts) if hosts else train.cluster.num_gpus
 
 
 def model_size(model: ModelConfig, train: TrainConfig, vocab_rows: int) -> ModelSize:
     args = picked(ModelArgs, model, vocab_size=vocab_rows)
-    return ModelSize(closed_form_parameters(args), model.n_layers, model.dim, train.seq_len,
-                     2 if train.precision == "bf16" else 4, train.activation_checkpointing)
+    return ModelSize(closed_form_parameters(args), model.n_layers, model.dim, train.batch.seq_len,
+                     2 if train.compute.precision == "bf16" else 4, train.compute.activation_checkpointing)
 
 
 def measured(preflight_dir: Path) -> Measured | None:
@@ -132,23 +132,25 @@ def _measured_bandwidth(checks: list[dict], profile: dict, samples: int) -> Meas
 
 
 def grad_accum_for(train: TrainConfig, ranks: int) -> int:
-    if train.grad_accum != "auto":
-        return train.grad_accum
-    per_step = train.micro_batch_size * ranks
-    if train.global_batch_size % per_step:
-        fits = [g for g in range(per_step, 4 * train.global_batch_size + 1, per_step)]
-        near = min(fits, key=lambda g: abs(g - train.global_batch_size))
-        raise ValueError(f"train.global_batch_size={train.global_batch_size} is not a multiple of micro_batch_size "
-                         f"{train.micro_batch_size} x {ranks} ranks = {per_step}; set it to {near}, or change "
-                         f"train.micro_batch_size so that it divides")
-    return train.global_batch_size // per_step
+    batch = train.batch
+    if batch.grad_accum != "auto":
+        return batch.grad_accum
+    per_step = batch.micro_batch_size * ranks
+    if batch.global_batch_size % per_step:
+        fits = [g for g in range(per_step, 4 * batch.global_batch_size + 1, per_step)]
+        near = min(fits, key=lambda g: abs(g - batch.global_batch_size))
+        raise ValueError(f"train.batch.global_batch_size={batch.global_batch_size} is not a multiple of "
+                         f"micro_batch_size {batch.micro_batch_size} x {ranks} ranks = {per_step}; set it to {near}, "
+                         f"or change train.batch.micro_batch_size so that it divides")
+    return batch.global_batch_size // per_step
 
 
 def candidate_layouts(train: TrainConfig, size: ModelSize, ranks: int) -> list[Layout]:
-    stages = [1, 2, 3] if train.zero_stage == "auto" else [train.zero_stage]
-    buckets = bucket_candidates(size.params) if train.bucket_size == "auto" else [train.bucket_size]
+    cluster = train.cluster
+    stages = [1, 2, 3] if cluster.zero_stage == "auto" else [cluster.zero_stage]
+    buckets = bucket_candidates(size.params) if cluster.bucket_size == "auto" else [cluster.bucket_size]
     g = grad_accum_for(train, ranks)
-    return [Layout(s, train.micro_batch_size, g, b) for s in stages for b in buckets]
+    return [Layout(s, train.batch.micro_batch_size, g, b) for s in stages for b in buckets]
 
 
 def static_bucket(params: int) -> int:
@@ -162,9 +164,10 @@ def make_plan(model: ModelConfig, train: TrainConfig, vocab_rows: int, ranks: in
     layouts = candidate_layouts(train, size, ranks)
     if found is None:
         layout = layouts[0]
-        choice = {"zero_stage": FALLBACK_STAGE if train.zero_stage == "auto" else train.zero_stage,
+        stage, bucket = train.cluster.zero_stage, train.cluster.bucket_size
+        choice = {"zero_stage": FALLBACK_STAGE if stage == "auto" else stage,
                   "micro_batch": layout.micro_batch, "grad_accum": layout.grad_accum,
-                  "bucket": static_bucket(size.params) if train.bucket_size == "auto" else train.bucket_size}
+                  "bucket": static_bucket(size.params) if bucket == "auto" else bucket}
         notes = ["no preflight measurement (report and profiled steps): auto settings follow the rules "
                  f"ZeRO-{FALLBACK_STAGE} and the model in 8 buckets; run preflight for a measured plan"]
         return CommPlan(ranks, choice, notes=notes)
@@ -184,8 +187,9 @@ def measured_cluster(train: TrainConfig, ranks: int, size: ModelSize, found: Mea
                      memory_gb: float | None = None) -> Cluster:
     """The cluster the model predicts for, from what preflight measured; what it takes from each measurement is
     said in notes."""
-    cluster = Cluster(ranks, found.busbw_gbps, LATENCY_S[train.accelerator], found.compute_s_per_sample,
-                      optimizer_s=found.optimizer_s, overlaps=train.accelerator == "cuda" and train.overlap_comm,
+    accelerator = train.cluster.accelerator
+    cluster = Cluster(ranks, found.busbw_gbps, LATENCY_S[accelerator], found.compute_s_per_sample,
+                      optimizer_s=found.optimizer_s, overlaps=accelerator == "cuda" and train.cluster.overlap_comm,
                       gather_hidden=found.async_overlap or 0.0, reduce_hidden=found.reduce_overlap or 0.0,
                       memory_gb=memory_gb)
     if found.async_overlap is not None and not cluster.overlaps:
@@ -195,7 +199,7 @@ def measured_cluster(train: TrainConfig, ranks: int, size: ModelSize, found: Mea
         notes.append(f"preflight's probe hid {found.reduce_overlap:.0%} of inline all-reduces in buckets behind the "
                      f"compute between them: that share of the gradient reductions the backward pass could hide "
                      f"(all but the last bucket) counts as hidden")
-    return with_zero3_cost(cluster, size, train.micro_batch_size, found, notes)
+    return with_zero3_cost(cluster, size, train.batch.micro_batch_size, found, notes)
 
 
 def with_zero3_cost(cluster: Cluster, size: ModelSize, micro_batch: int, found: Measured, notes: list[str]) -> Cluster:
@@ -220,8 +224,8 @@ def layout_choice(layout: Layout) -> dict:
 def settled(train: TrainConfig, plan: CommPlan) -> TrainConfig:
     """The train settings with every `auto` replaced by the plan's choice."""
     c = plan.choice
-    return train.model_copy(update={"zero_stage": c["zero_stage"], "grad_accum": c["grad_accum"],
-                                    "global_batch_size": None, "bucket_size": c["bucket"]})
+    return train.changed(zero_stage=c["zero_stage"], grad_accum=c["grad_accum"], global_batch_size=None,
+                         bucket_size=c["bucket"])
 
 
 def plan_tags(plan: dict) -> dict[str, str]:

@@ -127,7 +127,7 @@ def describe(report: dict, folder: Path) -> str:
 class FrozenJobMonitor:
     """Ends a job whose ranks stalled but cannot exit themselves (a call that holds the GIL stops their watch
     thread too): a rank whose heartbeat says hung, or went silent, for longer than `grace_s` is SIGKILLed, on
-    its own host through `remote` (ssh or train.node_command) when that is not this machine."""
+    its own host through `remote` (ssh or train.cluster.node_command) when that is not this machine."""
 
     def __init__(self, train_dir: Path, since: float, remote: Callable[[str, list[str]], list[str]] | None = None,
                  grace_s: float = 30.0, silent_s: float = 120.0, poll_s: float = 5.0):

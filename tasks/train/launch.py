@@ -4,7 +4,7 @@ In `ssh` mode DeepSpeed's own launcher reaches every node from this one (pdsh,
 or its openmpi / slurm backends); it already exports NCCL_*, MLFLOW_* and
 PYTHON* to the ranks, and everything else the ranks need goes in a DS_ENV_FILE.
 In `per_node` mode this module starts one launcher per node, each through
-`train.node_command` (ssh, srun, ... or nothing: on this machine), streams every
+`train.cluster.node_command` (ssh, srun, ... or nothing: on this machine), streams every
 node's output with a `[node k]` prefix, and fails fast: when one node's launcher
 exits non-zero, the others are killed and the error names that node and its last lines.
 """
@@ -83,7 +83,7 @@ def check_deepspeed_exports(env: dict[str, str]) -> None:
     bad = sorted(k for k, v in exported.items() if any(c in v for c in _UNSAFE_IN_DOUBLE_QUOTES))
     if bad:
         raise ValueError(f"environment variable(s) {bad} hold a character (\" $ ` \\ or a newline) that DeepSpeed's "
-                         f"ssh launcher does not quote, so the nodes would get another value; use train.launch: "
+                         f"ssh launcher does not quote, so the nodes would get another value; use train.cluster.launch: "
                          f"per_node (which quotes every value), or change the value")
 
 
@@ -231,14 +231,14 @@ def _wait_all(nodes: list[NodeProcess], poll_s: float) -> NodeProcess | None:
 
 
 def hostfile_for(train: TrainConfig, out_dir: Path) -> Path | None:
-    """The hostfile the launcher reads: train.hostfile, or one written from train.hosts."""
-    if train.hosts:
-        return write_hostfile(train.hosts, out_dir / "hostfile")
-    return Path(train.hostfile) if train.hostfile else None
+    """The hostfile the launcher reads: train.cluster.hostfile, or one written from train.cluster.hosts."""
+    if train.cluster.hosts:
+        return write_hostfile(train.cluster.hosts, out_dir / "hostfile")
+    return Path(train.cluster.hostfile) if train.cluster.hostfile else None
 
 
 def master_address(train: TrainConfig, hosts: list[HostConfig]) -> str:
-    return train.master_addr or hosts[0].name
+    return train.cluster.master_addr or hosts[0].name
 
 
 def env_with_file(env: dict[str, str], out_dir: Path) -> dict[str, str]:

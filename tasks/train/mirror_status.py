@@ -27,4 +27,4 @@ def mirror_warning(status: dict | None) -> str | None:
         return None
     return (f"checkpoint mirror FAILED for {len(status['failed'])} of {len(status['failed']) + len(status['mirrored'])}"
             f" checkpoint(s) ({', '.join(status['failed'][-3:])}) to {status['url']}: {status['last_error']}. "
-            f"They are only on the run root; check train.mirror_url, its server and its protocol's library")
+            f"They are only on the run root; check train.checkpoint.mirror_url, its server and its protocol's library")

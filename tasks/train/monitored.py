@@ -57,7 +57,7 @@ def run_monitored(model: ModelConfig, train: TrainConfig, tokenizer_dir: Path, t
                 decision.abandoned = rollback(decision, out_dir)
                 skip_ranges = sorted([*skip_ranges, decision.skip])
                 lr_scale = decision.lr_scale
-            attempt_train = attempt_train.model_copy(update={"resume_tag": None})  # `latest` names where to go on
+            attempt_train = attempt_train.changed(resume_tag=None)  # `latest` names where to go on
             if relaunch_on is not None:
                 attempt_train = relaunch_on(attempt_train)
             record(out_dir, decision)

@@ -51,19 +51,20 @@ def deepspeed_binary() -> str:
 def launcher_command(train: TrainConfig, spec_path: Path, hostfile: Path | None = None, port: int | None = None) -> list[str]:
     """`deepspeed` across the hostfile's nodes; on this node alone, DeepSpeed's per-node launcher directly, with the
     world info `deepspeed --num_gpus N` would give it (devices 0..N-1; it sets CUDA_VISIBLE_DEVICES from them)."""
-    port = str(port or train.master_port or free_port())
+    cluster = train.cluster
+    port = str(port or cluster.master_port or free_port())
     program = ["--module", PROGRAM, "--spec", str(spec_path)]
     if hostfile is None:
-        world = base64.urlsafe_b64encode(json.dumps({"localhost": list(range(train.num_gpus))}).encode()).decode()
+        world = base64.urlsafe_b64encode(json.dumps({"localhost": list(range(cluster.num_gpus))}).encode()).decode()
         return [sys.executable, "-u", "-m", LOCAL_LAUNCHER, f"--world_info={world}", "--master_addr=127.0.0.1",
                 f"--master_port={port}", *program]
-    cmd = [deepspeed_binary(), "--master_port", port, "--hostfile", str(hostfile), "--launcher", train.ssh_launcher]
-    return cmd + (["--master_addr", train.master_addr] if train.master_addr else []) + program
+    cmd = [deepspeed_binary(), "--master_port", port, "--hostfile", str(hostfile), "--launcher", cluster.ssh_launcher]
+    return cmd + (["--master_addr", cluster.master_addr] if cluster.master_addr else []) + program
 
 
 def launcher_env(train: TrainConfig, mlflow_env: dict[str, str]) -> dict[str, str]:
     env = {**os.environ, **mlflow_env, "PYTHONUNBUFFERED": "1"}
-    if train.accelerator == "cpu":
+    if train.cluster.accelerator == "cpu":
         env["DS_ACCELERATOR"] = "cpu"
         env.setdefault("OMP_NUM_THREADS", "1")
     # the ranks import model.train from the project, wherever the launcher runs
@@ -96,23 +97,23 @@ def run_launcher(cmd: list[str], env: dict[str, str], log_line: Callable[[str], 
 
 def launch(train: TrainConfig, spec_path: Path, env: dict[str, str], out_dir: Path, log_line: Callable[[str], None],
            tail: deque) -> int:
-    """One launcher (this node, or every node over ssh), or one per node (`train.launch: per_node`)."""
+    """One launcher (this node, or every node over ssh), or one per node (`train.cluster.launch: per_node`)."""
     port = None
     try:
         hostfile = hostfile_for(train, out_dir)
         hosts = read_hostfile(hostfile) if hostfile else []  # every name checked before any reaches ssh
         port = master_port(train, master_address(train, hosts) if hosts else "localhost", out_dir, env)
-        remote = lambda host, cmd: on_node(train.node_command or ["ssh", "{host}"], host, cmd, {},  # noqa: E731
-                                           train.node_command_shell)
-        with secrets_for_ranks(env, train.mirror_url, out_dir) as (env, clean), \
+        remote = lambda host, cmd: on_node(train.cluster.node_command or ["ssh", "{host}"], host, cmd, {},  # noqa: E731
+                                           train.cluster.node_command_shell)
+        with secrets_for_ranks(env, train.checkpoint.mirror_url, out_dir) as (env, clean), \
                 FrozenJobMonitor(out_dir, time.time(), remote):
-            if hostfile is None or train.launch == "ssh":
+            if hostfile is None or train.cluster.launch == "ssh":
                 env = env_with_file(env, out_dir) if hostfile else env
                 return run_launcher(launcher_command(train, spec_path, hostfile, port), env, log_line,
-                                    out_dir / "launcher.log", tail, clean, train.stop_grace_s)
+                                    out_dir / "launcher.log", tail, clean, train.checkpoint.stop_grace_s)
             program = ["--module", PROGRAM, "--spec", str(spec_path)]
             cmds = node_commands(deepspeed_binary(), hostfile, hosts, master_address(train, hosts), port, program,
-                                 train.node_command, env, train.node_command_shell)
+                                 train.cluster.node_command, env, train.cluster.node_command_shell)
             return run_nodes(cmds, env, lambda line: (tail.append(line), log_line(line)), out_dir / "launcher.log",
                              kill_group, sigterm_on_parent_death, clean=clean,
                              remote=remote_ranks(train, hosts, spec_path))
@@ -129,12 +130,13 @@ def launch(train: TrainConfig, spec_path: Path, env: dict[str, str], out_dir: Pa
 
 
 def remote_ranks(train: TrainConfig, hosts: list, spec_path: Path) -> RemoteRanks | None:
-    """The job's processes on hosts reached through train.node_command (not this machine's): what a cancel
+    """The job's processes on hosts reached through train.cluster.node_command (not this machine's): what a cancel
     signals and the end of the launch kills there."""
-    remote = [h.name for h in hosts if not is_local(h.name)]
-    if not train.node_command or not remote:
+    remote, cluster = [h.name for h in hosts if not is_local(h.name)], train.cluster
+    if not cluster.node_command or not remote:
         return None
-    return RemoteRanks(train.node_command, remote, spec_path, PROGRAM, train.node_command_shell, train.stop_grace_s)
+    return RemoteRanks(cluster.node_command, remote, spec_path, PROGRAM, cluster.node_command_shell,
+                       train.checkpoint.stop_grace_s)
 
 
 def remove_shm_buffers(port: int) -> list[str]:
@@ -240,7 +242,8 @@ def unsaved_message(train: TrainConfig, result: dict) -> str:
         "none: no checkpoint was ever saved"
     return (f"training reached step {train.steps} but could not save it: no room under {result['checkpoint_dir']}"
             f"{need} (checkpoint_skipped events: {len(skipped)}). The last durable step is {durable}. Free disk "
-            f"space or lower train.keep_last, then rerun: training resumes from there (exit code {EXIT_UNSAVED})")
+            f"space or lower train.checkpoint.keep_last, then rerun: training resumes from there "
+            f"(exit code {EXIT_UNSAVED})")
 
 
 _RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s*")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 from model.anomaly import DetectorSettings
 from model.data import read_manifest
@@ -15,30 +16,32 @@ from tasks.common.outputs import read_json, require_complete
 
 
 def deepspeed_config(t: TrainConfig) -> dict:
+    opt = t.optimizer
     cfg = {
-        "train_micro_batch_size_per_gpu": t.micro_batch_size,
-        "gradient_accumulation_steps": t.grad_accum,
-        "gradient_clipping": t.grad_clip,
-        "optimizer": {"type": "AdamW", "params": {"lr": t.lr, "betas": [0.9, 0.95], "eps": 1e-8,
-                                                  "weight_decay": t.weight_decay}},
+        "train_micro_batch_size_per_gpu": t.batch.micro_batch_size,
+        "gradient_accumulation_steps": t.batch.grad_accum,
+        "gradient_clipping": opt.grad_clip,
+        "optimizer": {"type": "AdamW", "params": {"lr": opt.lr, "betas": [0.9, 0.95], "eps": 1e-8,
+                                                  "weight_decay": opt.weight_decay}},
         "zero_optimization": zero_settings(t),
-        "bf16": {"enabled": t.precision == "bf16"},
+        "bf16": {"enabled": t.compute.precision == "bf16"},
         "steps_per_print": 10**9,  # the program prints its own progress
         "wall_clock_breakdown": False,
     }
-    if t.accelerator == "cpu":
+    if t.cluster.accelerator == "cpu":
         cfg["zero_allow_untested_optimizer"] = True
     return cfg  # which AdamW implementation is decided on the ranks (model/optimizer.py), where DeepSpeed runs
 
 
 def zero_settings(t: TrainConfig) -> dict:
     """The ZeRO section of a settled config (no `auto` left: tasks/train/comm_plan.py settles them)."""
-    if "auto" in (t.zero_stage, t.grad_accum, t.bucket_size):
+    c = t.cluster
+    if "auto" in (c.zero_stage, t.batch.grad_accum, c.bucket_size):
         raise ValueError("train settings still hold `auto`; settle them with tasks.train.comm_plan.plan_launch first")
-    zero = {"stage": t.zero_stage, "reduce_bucket_size": t.bucket_size, "allgather_bucket_size": t.bucket_size,
-            "overlap_comm": t.overlap_comm}  # on gloo it saves nothing, but reduces in the hooks as on GPUs (measurable)
-    if t.zero_stage == 3:
-        zero["stage3_prefetch_bucket_size"] = t.bucket_size
+    zero = {"stage": c.zero_stage, "reduce_bucket_size": c.bucket_size, "allgather_bucket_size": c.bucket_size,
+            "overlap_comm": c.overlap_comm}  # on gloo it saves nothing, but reduces in the hooks as on GPUs
+    if c.zero_stage == 3:
+        zero["stage3_prefetch_bucket_size"] = c.bucket_size
     return zero
 
 
@@ -47,16 +50,19 @@ def model_args(m: ModelConfig, tokenizer_report: dict) -> ModelArgs:
 
 
 def data_spec(t: TrainConfig, tokens_dir: Path) -> DataSpec:
-    decay = t.mixture.decay_weights if t.mixture else None
-    return picked(DataSpec, t, tokens_dir=str(tokens_dir), pool_by=t.mixture.by if t.mixture else "all",
-                  weights=dict(t.mixture.weights) if t.mixture else None, decay_weights=dict(decay) if decay else None,
-                  decay_step=decay_start(t.steps, t.decay_frac, t.decay_steps) if decay else None)
+    mixture, opt = t.data.mixture, t.optimizer
+    decay = mixture.decay_weights if mixture else None
+    return picked(DataSpec, SimpleNamespace(**t.flat()), tokens_dir=str(tokens_dir), data_order=t.data.order,
+                  pool_by=mixture.by if mixture else "all", weights=dict(mixture.weights) if mixture else None,
+                  decay_weights=dict(decay) if decay else None,
+                  decay_step=decay_start(t.steps, opt.decay_frac, opt.decay_steps) if decay else None)
 
 
 def train_spec(t: TrainConfig) -> TrainSpec:
     # the ranks get URL passwords from the secrets file, not from the spec
-    return picked(TrainSpec, t, keep_abandoned=t.recovery.keep_abandoned,
-                  mirror_url=redact_url(t.mirror_url) if t.mirror_url else None)
+    mirror = t.checkpoint.mirror_url
+    return picked(TrainSpec, SimpleNamespace(**t.flat()), keep_abandoned=t.recovery.keep_abandoned,
+                  optimizer=t.optimizer.implementation, mirror_url=redact_url(mirror) if mirror else None)
 
 
 def detector_settings(t: TrainConfig) -> DetectorSettings | None:

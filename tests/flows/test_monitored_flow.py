@@ -14,7 +14,7 @@ def test_train_flow_rolls_back_and_skips_ahead(prepared_run, tmp_path, monkeypat
     cfg, prepared = prepared_run
     for stage in ("clean", "tokenizer", "tokens"):
         shutil.copytree(prepared / stage, tmp_path / stage)
-    per_step = cfg.train.micro_batch_size * 2 * cfg.train.grad_accum
+    per_step = cfg.train.batch.micro_batch_size * 2 * cfg.train.batch.grad_accum
     monkeypatch.setenv("PRETRAIN_SPIKE_POSITIONS", f"{4 * per_step}-{5 * per_step}")  # the samples of step 5
     data = tiny_dict(tmp_path, train={"steps": 6, "save_every": 2, "export_hf": False,
                                       "anomaly": {"warmup": 3, "window": 4},

@@ -140,7 +140,7 @@ def test_mixture_names_must_exist(small_shards):
 
 def test_too_little_data_is_a_clear_error(prepared_run):
     _, root = prepared_run
-    with pytest.raises(DataError, match="lower train.seq_len"):
+    with pytest.raises(DataError, match="lower train.batch.seq_len"):
         TokenDataset(root / "tokens", seq_len=10**9)
 
 

@@ -2,6 +2,7 @@
 import socket
 
 from model.mirror import Mirror
+from tests.conftest import set_train
 
 
 def closed_port() -> int:
@@ -48,8 +49,8 @@ def test_a_file_url_lands_where_it_says_and_one_with_credentials_is_refused(tmp_
 
     monkeypatch.chdir(tmp_path)  # fsspec used to read file://host/x as a folder "host/x" in the working directory
     data = tiny_dict(tmp_path / "run")
-    data["train"]["mirror_url"] = f"file://localhost{tmp_path / 'backup'}"
-    url = parse_config(data).train.mirror_url
+    set_train(data, mirror_url=f"file://localhost{tmp_path / 'backup'}")
+    url = parse_config(data).train.checkpoint.mirror_url
     assert url == f"file://{tmp_path / 'backup'}"
     tag = tmp_path / "ckpt" / "step_00000006"
     tag.mkdir(parents=True)
@@ -59,13 +60,13 @@ def test_a_file_url_lands_where_it_says_and_one_with_credentials_is_refused(tmp_
     mirror.wait()
     assert (tmp_path / "backup" / "step_00000006" / "COMPLETE").is_file() and not (tmp_path / "localhost").exists()
 
-    data["train"]["mirror_url"] = f"file://user:Hunter2pw@localhost{tmp_path / 'backup'}"
+    set_train(data, mirror_url=f"file://user:Hunter2pw@localhost{tmp_path / 'backup'}")
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(data))
     proc = subprocess.run([sys.executable, "-m", "cli", "check-config", "--config", str(tmp_path / "c.yaml")],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert proc.returncode != 0 and "a file:// URL takes a local path and no user, password or host" in proc.stderr
     assert "Hunter2pw" not in proc.stdout + proc.stderr
-    data["train"]["mirror_url"] = "backups/run"  # relative: it would land wherever the job starts
+    set_train(data, mirror_url="backups/run")  # relative: it would land wherever the job starts
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(data))
     proc = subprocess.run([sys.executable, "-m", "cli", "check-config", "--config", str(tmp_path / "c.yaml")],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)

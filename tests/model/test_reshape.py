@@ -30,5 +30,5 @@ def test_a_changed_layout_loads_the_universal_form(tmp_path, saved, now, reshape
 
 @pytest.mark.parametrize("saved,now", [((2, 0), (2, 1)), ((2, 3), (3, 0))])
 def test_zero_0_converts_to_no_other_stage_and_says_what_to_set(tmp_path, saved, now):
-    with pytest.raises(ReshapeUnsupported, match=f"Set train.zero_stage: {saved[1]} for this run"):
+    with pytest.raises(ReshapeUnsupported, match=f"Set train.cluster.zero_stage: {saved[1]} for this run"):
         resume_point(tmp_path, "t", {"world_size": saved[0], "zero_stage": saved[1]}, Layout(*now))

@@ -105,7 +105,7 @@ def test_compiled_blocks_keep_the_state_dict_and_the_logits(tiny_cfg):
 
     def built(**train):
         spec = Spec(ARGS, replace(train_spec(tiny_cfg.train), **train), data_spec(tiny_cfg.train, tiny_cfg.run_root_path()),
-                    None, Overrides(), deepspeed_config(tiny_cfg.train.model_copy(update={"bucket_size": 10**6})),
+                    None, Overrides(), deepspeed_config(tiny_cfg.train.changed(**{"bucket_size": 10**6})),
                     tiny_cfg.run_root_path(), "v")
         torch.manual_seed(0)
         return build_model(spec, Comm(device=torch.device("cpu"), backend="gloo", rank=0, world=1))

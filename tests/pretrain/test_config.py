@@ -5,14 +5,15 @@ import sys
 import pytest
 import yaml
 
-from pretrain.config import ConfigError, UniqueKeyLoader, load_config, parse_config
-from tests.conftest import ROOT, tiny_dict
+from pretrain.config import (SECTION_OF, ConfigError, HostConfig, TrainConfig, UniqueKeyLoader, load_config, merged_train,
+                             parse_config)
+from tests.conftest import ROOT, set_train, tiny_dict
 
 
 @pytest.mark.parametrize("name", ["tiny", "tiny-rollback", "tiny-decay", "125m", "500m", "1.5b"])
 def test_shipped_presets_validate(name):
     cfg = load_config(ROOT / "configs" / f"{name}.yaml")
-    assert cfg.train.seq_len <= cfg.model.max_seq_len
+    assert cfg.train.batch.seq_len <= cfg.model.max_seq_len
 
 
 def test_unknown_key_is_named(tmp_path):
@@ -24,7 +25,7 @@ def test_unknown_key_is_named(tmp_path):
 
 def test_all_problems_reported_at_once(tmp_path):
     data = tiny_dict(tmp_path)
-    data["train"]["micro_batch_sise"] = 2
+    data["train"]["batch"]["micro_batch_sise"] = 2
     data["clean"]["rules"]["length"] = {"min_chars": -1}
     from pretrain.presets import PRESETS
 
@@ -33,7 +34,7 @@ def test_all_problems_reported_at_once(tmp_path):
         parse_config(data)
     msg = str(err.value)
     assert "3 problem(s)" in msg
-    assert "train.micro_batch_sise" in msg and "clean.rules.length.min_chars" in msg and "model.dim: required" in msg
+    assert "train.batch.micro_batch_sise" in msg and "clean.rules.length.min_chars" in msg and "model.dim: required" in msg
 
 
 def test_invalid_yaml_names_line(tmp_path):
@@ -54,7 +55,7 @@ def test_cross_field_checks(tmp_path):
     with pytest.raises(ConfigError, match="divisible by model.n_kv_heads"):
         parse_config(data)
     data = tiny_dict(tmp_path)
-    data["train"]["seq_len"] = 4096
+    set_train(data, seq_len=4096)
     with pytest.raises(ConfigError, match="exceeds model.max_seq_len"):
         parse_config(data)
 
@@ -86,24 +87,39 @@ def load_text(tmp_path, text: str):
 
 
 @pytest.mark.parametrize("section, key, value, message", [
-    ("train", "lr", float("inf"), "train.lr: Input should be a finite number"),
-    ("train", "min_lr", float("nan"), "train.min_lr: Input should be a finite number"),
+    ("train.optimizer", "lr", float("inf"), "train.optimizer.lr: Input should be a finite number"),
+    ("train.optimizer", "min_lr", float("nan"), "train.optimizer.min_lr: Input should be a finite number"),
     ("train", "steps", True, "steps: a number is required, got true/false"),
     ("tokenizer", "vocab_size", 100_000_000_000, "tokenizer.vocab_size: Input should be less than or equal to 1000000"),
-    ("train", "warmup_steps", 6, "train.warmup_steps=6 is not below train.steps=6"),
+    ("train.optimizer", "warmup_steps", 6, "train.optimizer.warmup_steps=6 is not below train.steps=6"),
     ("scaling", "budgets", [1e17, -3e17], "scaling.budgets.1: Input should be greater than 0"),
     ("scaling", "dims", [0], "scaling.dims.0: Input should be greater than 0"),
-    ("train", "mixture", {"weights": {"en": 1}, "decay_weights": {"code": 1}},
+    ("train.data", "mixture", {"weights": {"en": 1}, "decay_weights": {"code": 1}},
      "decay_weights starts at the schedule's decay, which only schedule: wsd has"),
-    ("train", "mixture", {"weights": {"en": 1}, "decay_weights": {"code": -1, "en": 1}},
-     "train.mixture.decay_weights {'code': -1.0, 'en': 1.0} must be non-negative"),
+    ("train.data", "mixture", {"weights": {"en": 1}, "decay_weights": {"code": -1, "en": 1}},
+     "train.data.mixture.decay_weights {'code': -1.0, 'en': 1.0} must be non-negative"),
 ])
 def test_values_that_used_to_pass_are_refused_at_validation(tmp_path, section, key, value, message):
     data = tiny_dict(tmp_path)
-    data.setdefault(section, {})[key] = value
+    where = data
+    for part in section.split("."):
+        where = where.setdefault(part, {})
+    where[key] = value
     with pytest.raises(ConfigError) as err:
         parse_config(data)
     assert message in str(err.value)
+
+
+def test_a_config_of_the_flat_train_section_is_told_where_each_key_moved(tmp_path):
+    data = tiny_dict(tmp_path)
+    data["train"] = {"steps": 10, "seq_len": 128, "micro_batch_size": 4, "lr": 1e-3, "optimizer": "torch_fused",
+                     "data_order": "feistel", "hosts": [], "batch": {"seq_len": 128, "micro_batch_size": 4}}
+    with pytest.raises(ConfigError) as err:
+        parse_config(data)
+    message = str(err.value)
+    assert "train.lr: moved to train.optimizer.lr" in message and "train.hosts: moved to train.cluster.hosts" in message
+    assert "train.optimizer: moved to train.optimizer.implementation" in message
+    assert "train.data_order: moved to train.data.order" in message and "train.steps" not in message
 
 
 @pytest.mark.parametrize("name", ['tiny"; DROP', "a b", "-leading-dash", "x" * 101, "../escape"])
@@ -154,3 +170,25 @@ def test_off_is_a_word_not_a_boolean(tmp_path):
     assert load_config(cfg_file).clean.rules.fineweb.mode == "off"
     assert yaml.load("flag: on\nyes_no: no\nreal: true", Loader=UniqueKeyLoader) == {
         "flag": "on", "yes_no": "no", "real": True}
+
+
+def test_every_train_setting_has_one_name_across_the_sections(tiny_cfg):
+    from pretrain.config.train import SECTION_CLASSES
+
+    names = [n for cls in SECTION_CLASSES.values() for n in cls.model_fields]
+    assert len(names) == len(set(names)) == len(SECTION_OF)  # changed() and flat() find each by its name alone
+    assert not set(names) & set(TrainConfig.model_fields)
+    flat = tiny_cfg.train.flat()
+    assert flat["lr"] == tiny_cfg.train.optimizer.lr and flat["num_gpus"] == 2 and "batch" not in flat
+
+
+def test_changed_writes_each_setting_into_its_section_and_leaves_the_rest(tiny_cfg):
+    before = tiny_cfg.train
+    after = before.changed(lr=5e-4, hosts=[HostConfig(name="node-a", slots=2)], steps=9)
+    assert (after.optimizer.lr, after.cluster.hosts[0].name, after.steps) == (5e-4, "node-a", 9)
+    assert after.optimizer.min_lr == before.optimizer.min_lr and after.batch == before.batch
+    assert before.optimizer.lr == 1e-3  # a copy: the config itself is frozen
+    with pytest.raises(KeyError, match="train has no field 'learning_rate'"):
+        before.changed(learning_rate=1.0)
+    assert merged_train({"steps": 3, "batch": {"seq_len": 8}}, {"micro_batch_size": 2, "seed": 7}) == {
+        "steps": 3, "seed": 7, "batch": {"seq_len": 8, "micro_batch_size": 2}}

@@ -57,7 +57,7 @@ def test_a_dead_or_stalled_peer_is_transient(mode):
 
 def test_config_and_data_errors_are_not_retried():
     try:
-        TrainConfig(seq_len=0, micro_batch_size=1, steps=1)
+        TrainConfig(steps=1, batch={"seq_len": 0, "micro_batch_size": 1})
     except ValidationError as err:
         config_error = err
     for err in (config_error, FileNotFoundError("runs/x/tokens/manifest.json"), ValueError("vocab mismatch"),

@@ -49,7 +49,7 @@ def test_preflight_plans_the_auto_settings_and_training_logs_measured_next_to_pr
     run_root.mkdir()
     for stage in ("clean", "tokenizer", "tokens"):
         (run_root / stage).symlink_to(root / stage)
-    cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={
+    cfg = cfg.model_copy(update={"train": cfg.train.changed(**{
         "zero_stage": "auto", "bucket_size": "auto", "grad_accum": "auto", "global_batch_size": 16,
         "micro_batch_size": 2, "comm_profile_every": 2, "steps": 4, "save_every": 4})})
     checks = [asdict(check_allreduce(cfg.preflight, None)), asdict(check_comm_share(cfg, run_root))]

@@ -3,7 +3,7 @@ from pretrain.config import parse_config
 from tasks.common.hosts import read_hostfile
 from tasks.preflight.checks import FAIL, PASS, WARN
 from tasks.preflight.nodes import run_node_checks
-from tests.conftest import tiny_dict
+from tests.conftest import set_train, tiny_dict
 
 # a real shell stands in for ssh: it runs the probe for 127.0.0.1 and refuses for 'localhost'
 FLAKY_SSH = ["sh", "-c", '[ "$0" != localhost ] && exec "$@"', "{host}"]
@@ -11,7 +11,7 @@ FLAKY_SSH = ["sh", "-c", '[ "$0" != localhost ] && exec "$@"', "{host}"]
 
 def config(tmp_path, node_command, drop: bool):
     data = tiny_dict(tmp_path / "run")
-    data["train"].update(hosts=[{"name": "127.0.0.1", "slots": 1}, {"name": "localhost", "slots": 1}],
+    set_train(data, hosts=[{"name": "127.0.0.1", "slots": 1}, {"name": "localhost", "slots": 1}],
                          launch="per_node", node_command=node_command)
     data["preflight"]["drop_failing_nodes"] = drop
     return parse_config(data)

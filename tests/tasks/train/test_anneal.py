@@ -32,11 +32,12 @@ def test_a_branch_starts_at_the_runs_rate_and_decays_over_its_tokens(tmp_path):
     cfg, tag = run_with_checkpoint(tmp_path, 40, schedule="cosine", lr=1e-3, min_lr=1e-4, warmup_steps=10,
                                    mixture={"by": "channel", "weights": {"zh": 1, "en": 1}})
     settings, source = branch_settings(cfg, tag, tokens=10 * 8 * 128 + 1, mix={"code": 1.0}, min_lr=0.0)
-    assert (source["step"], source["steps"], settings.steps, settings.decay_steps) == (40, 11, 51, 11)
+    assert (source["step"], source["steps"], settings.steps, settings.optimizer.decay_steps) == (40, 11, 51, 11)
     from model.schedule import cosine_lr
-    assert settings.lr == pytest.approx(cosine_lr(40, lr=1e-3, min_lr=1e-4, warmup=10, total=100))
-    assert settings.schedule == "wsd" and settings.warmup_steps == 0 and settings.min_lr == 0.0
-    assert settings.mixture.weights == {"zh": 1, "en": 1} and settings.mixture.decay_weights == {"code": 1.0}
+    opt = settings.optimizer
+    assert opt.lr == pytest.approx(cosine_lr(40, lr=1e-3, min_lr=1e-4, warmup=10, total=100))
+    assert opt.schedule == "wsd" and opt.warmup_steps == 0 and opt.min_lr == 0.0
+    assert settings.data.mixture.weights == {"zh": 1, "en": 1} and settings.data.mixture.decay_weights == {"code": 1.0}
 
 
 def test_a_branch_is_refused_inside_the_runs_decay_or_with_a_mix_of_no_pools(tmp_path):
@@ -45,7 +46,7 @@ def test_a_branch_is_refused_inside_the_runs_decay_or_with_a_mix_of_no_pools(tmp
                                          r"\(step <= 80\)"):
         branch_settings(cfg, tag, 1000, None, 0.0)
     cfg, tag = run_with_checkpoint(tmp_path / "nomix", 50, schedule="wsd")
-    with pytest.raises(ValueError, match="this run has none; set train.mixture"):
+    with pytest.raises(ValueError, match="this run has none; set train.data.mixture"):
         branch_settings(cfg, tag, 1000, {"zh": 1.0}, 0.0)
 
 

@@ -10,6 +10,7 @@ from tasks.train.comm_plan import (CommPlan, grad_accum_for, make_plan, measured
                                    settled)
 from tasks.train.comm_model import Cluster, Layout, ModelSize, predict
 from tasks.train.spec import deepspeed_config
+from tests.conftest import set_train
 
 PROFILE = {"wall_s": 2.0, "steps": 2, "comm_share": 0.25, "world_size": 2, "backend": "gloo",
            "samples_per_rank_step": 4}
@@ -18,7 +19,7 @@ CHECKS = [{"name": "allreduce_probe", "value": 0.5}, {"name": "nccl_tests_all_re
 
 
 def auto(cfg, **more):
-    return cfg.train.model_copy(update={"zero_stage": "auto", "bucket_size": "auto", "grad_accum": "auto",
+    return cfg.train.changed(**{"zero_stage": "auto", "bucket_size": "auto", "grad_accum": "auto",
                                         "global_batch_size": 16, "micro_batch_size": 2, **more})
 
 
@@ -48,17 +49,17 @@ def test_accumulation_keeps_the_global_batch_on_any_rank_count(tiny_cfg):
     assert [grad_accum_for(t, n) for n in (1, 2, 3, 4, 6)] == [12, 6, 4, 3, 2]
     with pytest.raises(ValueError, match=r"not a multiple of micro_batch_size 2 x 5 ranks = 10; set it to 20"):
         grad_accum_for(t, 5)
-    assert grad_accum_for(tiny_cfg.train, 5) == tiny_cfg.train.grad_accum
+    assert grad_accum_for(tiny_cfg.train, 5) == tiny_cfg.train.batch.grad_accum
 
 
 def test_auto_needs_a_global_batch_and_a_global_batch_needs_auto(tiny_cfg):
     data = tiny_cfg.train.model_dump()
-    with pytest.raises(ValidationError, match="grad_accum: auto needs train.global_batch_size"):
-        TrainConfig(**{**data, "grad_accum": "auto"})
-    with pytest.raises(ValidationError, match="set train.grad_accum: auto to derive it"):
-        TrainConfig(**{**data, "global_batch_size": 64})
-    with pytest.raises(ValidationError, match="not a multiple of train.micro_batch_size=4"):
-        TrainConfig(**{**data, "grad_accum": "auto", "global_batch_size": 66})
+    with pytest.raises(ValidationError, match="grad_accum: auto needs train.batch.global_batch_size"):
+        TrainConfig(**{**data, "batch": {**data["batch"], "grad_accum": "auto"}})
+    with pytest.raises(ValidationError, match="set train.batch.grad_accum: auto to derive it"):
+        TrainConfig(**{**data, "batch": {**data["batch"], "global_batch_size": 64}})
+    with pytest.raises(ValidationError, match="not a multiple of train.batch.micro_batch_size=4"):
+        TrainConfig(**{**data, "batch": {**data["batch"], "grad_accum": "auto", "global_batch_size": 66}})
 
 
 def test_without_measurements_the_rules_settle_every_auto(tiny_cfg):
@@ -66,7 +67,7 @@ def test_without_measurements_the_rules_settle_every_auto(tiny_cfg):
     assert plan.rows == [] and plan.chosen is None and "no preflight measurement" in plan.notes[0]
     assert plan.choice == {"zero_stage": 1, "micro_batch": 2, "grad_accum": 4, "bucket": 1_000_000}
     t = settled(auto(tiny_cfg), plan)
-    assert (t.zero_stage, t.grad_accum, t.global_batch_size, t.bucket_size) == (1, 4, None, 1_000_000)
+    assert (t.cluster.zero_stage, t.batch.grad_accum, t.batch.global_batch_size, t.cluster.bucket_size) == (1, 4, None, 1_000_000)
     assert deepspeed_config(t)["gradient_accumulation_steps"] == 4
     assert plan_tags(json.loads(plan.to_json()))["comm_plan.predicted"] == "none (no preflight measurement)"
 
@@ -124,7 +125,7 @@ def test_a_slow_link_is_called_comm_bound(tiny_cfg):
 
 def test_pretrain_plan_cluster_prints_the_table(tiny_cfg, tmp_path, capsys):
     data = tiny_cfg.model_dump(mode="json", exclude_none=True)
-    data["train"].update(zero_stage="auto", grad_accum="auto", global_batch_size=16)
+    set_train(data, zero_stage="auto", grad_accum="auto", global_batch_size=16)
     config = tmp_path / "c.json"
     config.write_text(json.dumps(data))
     assert cli(["plan", "--cluster", str(config), "--busbw-gbps", "2", "--sample-ms", "50"]) == 0

@@ -16,12 +16,13 @@ from pretrain.config import HostConfig
 from tasks.common.hosts import on_node, read_hostfile, write_hostfile
 from tasks.train.launch import check_deepspeed_exports, node_commands
 from tasks.train.run import TrainingFailed, run_train
+from tests.conftest import set_train
 
 TWO_NODES = [HostConfig(name="127.0.0.1", slots=1), HostConfig(name="localhost", slots=1)]
 
 
 def per_node(cfg, **overrides):
-    return cfg.train.model_copy(update={"hosts": TWO_NODES, "launch": "per_node", "master_addr": "127.0.0.1",
+    return cfg.train.changed(**{"hosts": TWO_NODES, "launch": "per_node", "master_addr": "127.0.0.1",
                                         **overrides})
 
 
@@ -134,12 +135,12 @@ def test_a_host_name_ssh_would_read_as_an_option_is_refused(tmp_path):
     from tests.conftest import tiny_dict
 
     data = tiny_dict(tmp_path)
-    data["train"]["hosts"] = [{"name": "node-01", "slots": 1}, {"name": HOSTILE, "slots": 1}]
-    with pytest.raises(ConfigError, match=r"train.hosts.1.name: .*is not a host name"):
+    set_train(data, hosts=[{"name": "node-01", "slots": 1}, {"name": HOSTILE, "slots": 1}])
+    with pytest.raises(ConfigError, match=r"train.cluster.hosts.1.name: .*is not a host name"):
         parse_config(data)
-    data["train"]["hosts"] = []
-    data["train"]["master_addr"] = "node-01;reboot"
-    with pytest.raises(ConfigError, match="train.master_addr='node-01;reboot' is not a host name"):
+    set_train(data, hosts=[])
+    set_train(data, master_addr="node-01;reboot")
+    with pytest.raises(ConfigError, match="train.cluster.master_addr='node-01;reboot' is not a host name"):
         parse_config(data)
     hostfile = tmp_path / "hostfile"
     hostfile.write_text(f"node-01 slots=8\n{HOSTILE} slots=8\n")
@@ -152,7 +153,7 @@ def test_the_train_stage_refuses_a_hostile_hostfile_before_any_ssh(prepared_run,
     hostfile = tmp_path / "hostfile"
     hostfile.write_text(f"{HOSTILE} slots=1\n")
     ssh = fake_ssh(tmp_path)
-    train = cfg.train.model_copy(update={"hostfile": str(hostfile), "launch": "per_node", "node_command": [ssh, "{host}"]})
+    train = cfg.train.changed(**{"hostfile": str(hostfile), "launch": "per_node", "node_command": [ssh, "{host}"]})
     with pytest.raises(TrainingFailed, match="is not a host name") as err:
         run_train(cfg.model, train, root / "tokenizer", root / "tokens", tmp_path / "train", {}, log_line=lambda _: None)
     assert err.value.exit_code == 44
@@ -199,7 +200,7 @@ def test_nothing_started_on_a_node_carries_a_secret_on_its_command_line(tmp_path
     ssh = fake_ssh(tmp_path)
     env = {**os.environ, "MLFLOW_TRACKING_PASSWORD": "probe-planted-pw", "NCCL_SOCKET_IFNAME": "lo",
            "MLFLOW_TRACKING_URI": "postgresql://mlflow:uri-planted-pw@db:5432/mlflow"}
-    train = SimpleNamespace(node_command=[ssh, "{host}"], node_command_shell=None)
+    train = SimpleNamespace(cluster=SimpleNamespace(node_command=[ssh, "{host}"], node_command_shell=None))
     assert probe_port("node-7", 0, train, env)  # a free port, found through the "ssh" node command
     lines = (tmp_path / "ssh.lines").read_text()
     assert "NCCL_SOCKET_IFNAME=lo" in lines and "planted" not in lines

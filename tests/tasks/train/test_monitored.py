@@ -11,7 +11,7 @@ pytestmark = pytest.mark.slow
 
 
 def monitored(cfg, root, out, env=None, recovery=None, **overrides):
-    t = cfg.train.model_copy(update={"recovery": recovery or RecoveryConfig(rollback_gap_steps=1, skip_margin_steps=1),
+    t = cfg.train.changed(**{"recovery": recovery or RecoveryConfig(rollback_gap_steps=1, skip_margin_steps=1),
                                      **overrides})
     lines = []
     import os
@@ -26,7 +26,7 @@ def monitored(cfg, root, out, env=None, recovery=None, **overrides):
 
 
 def per_step(cfg) -> int:
-    return cfg.train.micro_batch_size * 2 * cfg.train.grad_accum
+    return cfg.train.batch.micro_batch_size * 2 * cfg.train.batch.grad_accum
 
 
 def test_nan_loss_rolls_back_skips_the_range_and_finishes(prepared_run, tmp_path):
@@ -114,7 +114,7 @@ def test_poisoned_samples_spike_the_loss_and_the_run_recovers_to_a_clean_runs_lo
     import shutil
 
     cfg, root = prepared_run
-    cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"seq_len": 32})})
+    cfg = cfg.model_copy(update={"train": cfg.train.changed(**{"seq_len": 32})})
     n = per_step(cfg)
     for name in ("tokenizer", "tokens"):
         shutil.copytree(root / name, tmp_path / "poisoned" / name)

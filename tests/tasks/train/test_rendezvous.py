@@ -4,13 +4,13 @@ import threading
 
 import pytest
 
-from pretrain.config import TrainConfig
+from pretrain.config import TrainConfig, nested_train
 from tasks.train.rendezvous import PORT_FILE, PortUnavailable, is_local, master_port
 from tests.tasks.train.test_launch import fake_ssh
 
 
 def train_config(**overrides) -> TrainConfig:
-    return TrainConfig(seq_len=16, micro_batch_size=1, steps=1, warmup_steps=0, **overrides)
+    return TrainConfig(**nested_train(dict(seq_len=16, micro_batch_size=1, steps=1, warmup_steps=0, **overrides)))
 
 
 def test_a_run_keeps_the_port_its_first_launch_chose(tmp_path):

@@ -15,7 +15,7 @@ GLOBAL_BATCH = 12  # divides over 4, 3 and 2 ranks of one sample: 3, 4 and 6 acc
 
 
 def train(cfg, root, out, ranks, stage, steps, **settings):
-    t = cfg.train.model_copy(update={"num_gpus": ranks, "zero_stage": stage, "steps": steps, "save_every": 1,
+    t = cfg.train.changed(**{"num_gpus": ranks, "zero_stage": stage, "steps": steps, "save_every": 1,
                                      "micro_batch_size": 1, "grad_accum": "auto", "global_batch_size": GLOBAL_BATCH,
                                      "warmup_steps": 1, "lr": 1e-3, "min_lr": 1e-3, "keep_last": 100,
                                      **settings})
@@ -35,7 +35,7 @@ CHAIN = [(4, 1), (2, 2), (3, 3), (2, 1), (3, 3), (2, 2), (3, 1)]
 @pytest.mark.timeout(1800)  # 11 launches, 4 of them of 3-4 ranks on 2 cores: about 5 min alone
 def test_resume_on_any_rank_count_and_zero_stage_continues_the_uninterrupted_run(prepared_run, tmp_path):
     cfg, root = prepared_run
-    assert cfg.train.precision == "fp32"
+    assert cfg.train.compute.precision == "fp32"
     straight = tmp_path / "straight"  # uninterrupted, at the same global batch (2 ranks start faster than 4)
     train(cfg, root, straight, 2, 1, len(CHAIN))
     reference = steps_of(straight)

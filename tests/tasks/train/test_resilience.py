@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow
 
 
 def train(cfg, root, out, env=None, launch=Overrides(), **settings):
-    t = cfg.train.model_copy(update=settings)
+    t = cfg.train.changed(**settings)
     lines = []
     result = run_train(cfg.model, t, root / "tokenizer", root / "tokens", out, env or {}, lines.append, launch)
     return result, lines
@@ -26,7 +26,7 @@ def losses(out) -> dict[int, float]:
 
 def test_resume_is_bit_exact_on_cpu_fp32(prepared_run, tmp_path):
     cfg, root = prepared_run
-    assert cfg.train.precision == "fp32"
+    assert cfg.train.compute.precision == "fp32"
     train(cfg, root, tmp_path / "straight", steps=6, save_every=6)
     train(cfg, root, tmp_path / "halves", steps=3, save_every=3)
     _, lines = train(cfg, root, tmp_path / "halves", steps=6, save_every=3)
@@ -88,7 +88,7 @@ def test_complete_checkpoints_are_mirrored_to_an_fsspec_url(prepared_run, tmp_pa
 def test_injected_nan_loss_is_an_anomaly_event_and_exit_42(prepared_run, tmp_path):
     cfg, root = prepared_run
     out = tmp_path / "train"
-    per_step = cfg.train.micro_batch_size * 2 * cfg.train.grad_accum
+    per_step = cfg.train.batch.micro_batch_size * 2 * cfg.train.batch.grad_accum
     nan_at = f"{2 * per_step}-{3 * per_step}"  # the samples of step 3
     with pytest.raises(TrainingFailed, match="loss anomaly") as err:
         train(cfg, root, out, env={"PRETRAIN_NAN_POSITIONS": nan_at}, steps=6, save_every=2)
@@ -100,7 +100,7 @@ def test_injected_nan_loss_is_an_anomaly_event_and_exit_42(prepared_run, tmp_pat
 
 def test_skip_ranges_handed_to_a_launch_are_never_trained_on(prepared_run, tmp_path):
     cfg, root = prepared_run
-    per_step = cfg.train.micro_batch_size * 2 * cfg.train.grad_accum
+    per_step = cfg.train.batch.micro_batch_size * 2 * cfg.train.batch.grad_accum
     poisoned = (2 * per_step, 3 * per_step)
     result, _ = train(cfg, root, tmp_path / "train", env={"PRETRAIN_NAN_POSITIONS": "-".join(map(str, poisoned))},
                       launch=Overrides(skip_ranges=(poisoned,)), steps=4, save_every=4)
@@ -253,9 +253,9 @@ def test_the_decay_mix_starts_at_the_schedules_decay_and_resumes_exactly_on_both
     assert [m[s]["tokens/decay/zh"] for s in range(1, 9)] == [0] * 8
     assert len({m[s]["tokens/stable/zh"] for s in range(4, 9)}) == 1 and m[4]["tokens/stable/code"] == 0
     assert m[5]["lr"] == m[4]["lr"] > m[6]["lr"] > m[8]["lr"]  # the schedule's decay: from step index 4 on
-    global_batch = cfg.train.micro_batch_size * cfg.train.grad_accum * 2
+    global_batch = cfg.train.batch.micro_batch_size * cfg.train.batch.grad_accum * 2
     ledger = {k: v for k, v in m[8].items() if k.startswith("tokens/")}
-    assert sum(ledger.values()) == 8 * global_batch * cfg.train.seq_len
+    assert sum(ledger.values()) == 8 * global_batch * cfg.train.batch.seq_len
 
     out = tmp_path / "resumed"
     with pytest.raises(TrainingFailed):

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.slow
 
 
 def train(cfg, root, out, **train_overrides):
-    t = cfg.train.model_copy(update=train_overrides)
+    t = cfg.train.changed(**train_overrides)
     lines = []
     result = run_train(cfg.model, t, root / "tokenizer", root / "tokens", out, {}, log_line=lines.append)
     return result, lines
@@ -45,7 +45,7 @@ def test_trains_checkpoints_and_resumes(prepared_run, tmp_path):
     assert metrics[-1]["loss"] < metrics[0]["loss"]
     ckpt_dir = out / "checkpoints"
     assert complete_tags(ckpt_dir) == ["step_00000003", "step_00000006"]
-    global_batch = cfg.train.micro_batch_size * 2
+    global_batch = cfg.train.batch.micro_batch_size * 2
     assert read_meta(ckpt_dir, "step_00000006")["data_position"]["consumed_samples"] == 6 * global_batch
 
     # a partial newer checkpoint must be ignored: resume from the newest complete one
@@ -122,13 +122,13 @@ def test_crash_is_reported_with_log_and_checkpoint(prepared_run, tmp_path):
 def test_deepspeed_config_and_command(tiny_cfg, tmp_path):
     with pytest.raises(ValueError, match="still hold `auto`"):
         deepspeed_config(tiny_cfg.train)  # the bucket size is auto until the communication plan settles it
-    ds = deepspeed_config(tiny_cfg.train.model_copy(update={"bucket_size": 2_000_000}))
+    ds = deepspeed_config(tiny_cfg.train.changed(**{"bucket_size": 2_000_000}))
     assert ds["zero_optimization"] == {"stage": 1, "reduce_bucket_size": 2_000_000, "allgather_bucket_size": 2_000_000,
                                        "overlap_comm": True}  # gloo hides nothing, but reduces in hooks as GPUs
-    off = deepspeed_config(tiny_cfg.train.model_copy(update={"bucket_size": 2_000_000, "overlap_comm": False}))
+    off = deepspeed_config(tiny_cfg.train.changed(**{"bucket_size": 2_000_000, "overlap_comm": False}))
     assert off["zero_optimization"]["overlap_comm"] is False
     assert ds["bf16"]["enabled"] is False
-    assert ds["train_micro_batch_size_per_gpu"] == tiny_cfg.train.micro_batch_size
+    assert ds["train_micro_batch_size_per_gpu"] == tiny_cfg.train.batch.micro_batch_size
     cmd = launcher_command(tiny_cfg.train, tmp_path / "spec.json", port=29555)
     assert cmd[-4:] == ["--module", "model.train", "--spec", str(tmp_path / "spec.json")]
     # one node: DeepSpeed's per-node launcher directly, with the world `deepspeed --num_gpus 2` gives it
@@ -136,7 +136,7 @@ def test_deepspeed_config_and_command(tiny_cfg, tmp_path):
     [world] = [a for a in cmd if a.startswith("--world_info=")]
     assert json.loads(base64.urlsafe_b64decode(world.split("=", 1)[1])) == {"localhost": [0, 1]}
     assert "--master_port=29555" in cmd and "--master_addr=127.0.0.1" in cmd
-    multi = launcher_command(tiny_cfg.train.model_copy(update={"ssh_launcher": "slurm"}), tmp_path / "s.json",
+    multi = launcher_command(tiny_cfg.train.changed(**{"ssh_launcher": "slurm"}), tmp_path / "s.json",
                              tmp_path / "hosts")
     assert "--hostfile" in multi and "--num_gpus" not in multi
     assert multi[multi.index("--launcher") + 1] == "slurm"
@@ -148,7 +148,7 @@ def test_resume_refuses_a_checkpoint_of_another_model(prepared_run, tmp_path):
     train(cfg, root, out, steps=2, save_every=2)
     wider = cfg.model.model_copy(update={"ffn_hidden": cfg.model.ffn_hidden * 2})
     with pytest.raises(TrainingFailed, match=r"bad settings or data[\s\S]*different model \(ffn_hidden: 384 -> 768\)"):
-        run_train(wider, cfg.train.model_copy(update={"steps": 4}), root / "tokenizer", root / "tokens", out, {},
+        run_train(wider, cfg.train.changed(**{"steps": 4}), root / "tokenizer", root / "tokens", out, {},
                   log_line=lambda _: None)
 
 

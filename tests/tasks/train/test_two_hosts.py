@@ -3,7 +3,7 @@
 The run root is on the one filesystem both see (as NFS would be). The train stage
 runs here, in the root namespace, and reaches the hosts only over ssh, as on a
 cluster: DeepSpeed's pdsh launcher, the per-node `--no_ssh` launchers through
-`train.node_command: [ssh, {host}]`, and the preflight node probes. Needs root,
+`train.cluster.node_command: [ssh, {host}]`, and the preflight node probes. Needs root,
 `ip netns`, sshd and pdsh (`.ci/run` installs them); skips naming what is missing.
 """
 import os
@@ -23,6 +23,7 @@ from tasks.train.run import TrainingFailed, run_train
 pytestmark = pytest.mark.slow
 
 from benchmarks._two_hosts import DOWN, HOSTS, hosts_up, missing, sh
+from tests.conftest import set_train
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +57,7 @@ def ranks_in_namespaces(spec: Path) -> list[str]:
 def across(cfg, launch: str, **overrides):
     hosts = [HostConfig(name=a, slots=1) for a in HOSTS]
     node_command = ["ssh", "{host}"] if launch == "per_node" else []
-    return cfg.train.model_copy(update={"hosts": hosts, "launch": launch, "master_addr": HOSTS[0],
+    return cfg.train.changed(**{"hosts": hosts, "launch": launch, "master_addr": HOSTS[0],
                                         "node_command": node_command, **overrides})
 
 
@@ -137,7 +138,7 @@ def test_node_probes_run_on_each_host_over_ssh(two_hosts, tmp_path):
     from tests.conftest import tiny_dict
 
     data = tiny_dict(tmp_path / "run")
-    data["train"].update(hosts=[{"name": a, "slots": 1} for a in [*HOSTS, DOWN]], launch="per_node",
+    set_train(data, hosts=[{"name": a, "slots": 1} for a in [*HOSTS, DOWN]], launch="per_node",
                          node_command=["ssh", "{host}"])
     (tmp_path / "run").mkdir()
     checks, _ = run_node_checks(parse_config(data), tmp_path / "run", tmp_path / "run" / "preflight", timeout_s=30)

@@ -20,7 +20,7 @@ CHECKS = [{"name": "allreduce_probe", "value": 0.5}, {"name": "nccl_tests_all_re
 
 def auto(cfg, **more):
     return cfg.train.changed(**{"zero_stage": "auto", "bucket_size": "auto", "grad_accum": "auto",
-                                        "global_batch_size": 16, "micro_batch_size": 2, **more})
+                                "global_batch_size": 16, "micro_batch_size": 2, **more})
 
 
 def test_measurements_come_from_nccl_tests_first_and_the_profiled_steps(tmp_path):

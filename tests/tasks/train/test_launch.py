@@ -23,7 +23,7 @@ TWO_NODES = [HostConfig(name="127.0.0.1", slots=1), HostConfig(name="localhost",
 
 def per_node(cfg, **overrides):
     return cfg.train.changed(**{"hosts": TWO_NODES, "launch": "per_node", "master_addr": "127.0.0.1",
-                                        **overrides})
+                                **overrides})
 
 
 def processes_of(spec) -> list[psutil.Process]:

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.slow
 
 def monitored(cfg, root, out, env=None, recovery=None, **overrides):
     t = cfg.train.changed(**{"recovery": recovery or RecoveryConfig(rollback_gap_steps=1, skip_margin_steps=1),
-                                     **overrides})
+                             **overrides})
     lines = []
     import os
 

@@ -16,9 +16,9 @@ GLOBAL_BATCH = 12  # divides over 4, 3 and 2 ranks of one sample: 3, 4 and 6 acc
 
 def train(cfg, root, out, ranks, stage, steps, **settings):
     t = cfg.train.changed(**{"num_gpus": ranks, "zero_stage": stage, "steps": steps, "save_every": 1,
-                                     "micro_batch_size": 1, "grad_accum": "auto", "global_batch_size": GLOBAL_BATCH,
-                                     "warmup_steps": 1, "lr": 1e-3, "min_lr": 1e-3, "keep_last": 100,
-                                     **settings})
+                             "micro_batch_size": 1, "grad_accum": "auto", "global_batch_size": GLOBAL_BATCH,
+                             "warmup_steps": 1, "lr": 1e-3, "min_lr": 1e-3, "keep_last": 100,
+                             **settings})
     lines = []
     run_train(cfg.model, t, root / "tokenizer", root / "tokens", out, {}, lines.append)
     return lines

@@ -58,7 +58,7 @@ def across(cfg, launch: str, **overrides):
     hosts = [HostConfig(name=a, slots=1) for a in HOSTS]
     node_command = ["ssh", "{host}"] if launch == "per_node" else []
     return cfg.train.changed(**{"hosts": hosts, "launch": launch, "master_addr": HOSTS[0],
-                                        "node_command": node_command, **overrides})
+                                "node_command": node_command, **overrides})
 
 
 def hosts_seen_running(spec: Path, stop: threading.Event, seen: set[int]) -> None:

@@ -20,9 +20,9 @@ OUTPUTS = ("manifest.json", "stats.parquet", "samples.parquet")
 
 
 @task(name="plan-shards")
-def plan_task(cfg: CleanConfig, out_dir: str) -> tuple[list[ShardSpec], str]:
-    specs, work_dir = prepare(cfg, Path(out_dir))
-    return specs, str(work_dir)
+def plan_task(cfg: CleanConfig, out_dir: str) -> tuple[CleanConfig, list[ShardSpec], str]:
+    cfg, specs, work_dir = prepare(cfg, Path(out_dir))
+    return cfg, specs, str(work_dir)
 
 
 @task(name="clean-shard", retries=2, retry_delay_seconds=10, retry_condition_fn=retry_if_transient)
@@ -45,11 +45,11 @@ def decontamination_rows(report: dict) -> list[dict]:
 
 def clean_steps(run: StageRun, version: StageVersion) -> dict:
     cfg, out = run.cfg, run.dir("clean")
-    specs, work_dir = plan_task(cfg.clean, str(out))
+    clean_cfg, specs, work_dir = plan_task(cfg.clean, str(out))  # with the classifier's corpus sample, if any
     metas = map_on(cfg.clean.executor, clean_shard_task,
-                   [{"cfg": cfg.clean, "spec": spec, "work_dir": work_dir} for spec in specs],
+                   [{"cfg": clean_cfg, "spec": spec, "work_dir": work_dir} for spec in specs],
                    StageProgress(cfg, "clean", len(specs), "shards").advance)
-    manifest = finalize_task(cfg.clean, specs, metas, work_dir, str(out))
+    manifest = finalize_task(clean_cfg, specs, metas, work_dir, str(out))
     run.log_metrics({k: v for k, v in manifest.items() if k != "unreadable_files"})
     run.log_files(out, OUTPUTS, "clean")
     table_artifact(run, "clean", rule_table(out / "stats.parquet", manifest["unreadable_files"])

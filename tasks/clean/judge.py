@@ -1,7 +1,7 @@
 """The per-document judge: normalize, tag the channel, apply the rules' edits, then the rules; one verdict each."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from pretrain.channels import CHANNELS
 from pretrain.config import CleanConfig
@@ -42,8 +42,7 @@ class Cleaner:
     def classifier_report(self) -> dict:
         """Per channel, what the dirty rule's classifier learned from and the threshold its cross-validation chose."""
         dirty = next(r for r in self.rules if r.name == "dirty")
-        return {channel: {**asdict(model.cv), "judges_up_to_chars": model.judges_up_to_chars}
-                for channel, model in sorted(dirty.classifiers.items())}
+        return {channel: model.report() for channel, model in sorted(dirty.classifiers.items())}
 
     def eval_set_report(self) -> dict:
         """Per eval set of the decontamination rule: the items it read and the windows it holds."""

@@ -13,7 +13,8 @@ scores choose its scope: whether it judges only texts with lexicon evidence (`ev
 `judged` says) or every text up to its length cap (`all`), whichever removes more spam out of
 fold within that ham rate (lexicons miss what a spammer words around them: 15.5% of the
 benchmark's Chinese spam examples have no hit). The model keeps the threshold, scope and out-of-fold
-rates; the clean manifest reports them.
+rates; the clean manifest reports them. With a sample of the corpus (the clean stage draws one) it judges only
+text that resembles its examples more than that sample (tasks/clean/resemblance.py): SMS examples do not judge e-mail.
 
 The model is also a second opinion on the lexicons, which do not read context: a text the lists reject
 is kept when the model, which has seen the corpus's own genres as ham, scores it below a veto
@@ -27,7 +28,7 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import fsspec
 
@@ -37,6 +38,7 @@ from tasks.clean.dedup import UnionFind
 from tasks.clean.features import DocFeatures
 from tasks.clean.minhash import MinHasher, NearIndex
 from tasks.clean.normalize import normalize_text
+from tasks.clean.resemblance import ResemblanceGate, learned_gate
 
 SPAM_LABELS = {"1", "spam", "true", "yes"}
 MIN_CLASS_EXAMPLES = 20  # spam and ham each, per channel: fewer cannot be cross-validated into a threshold
@@ -68,9 +70,11 @@ def read_examples(path: str) -> list[tuple[bool, str]]:
 def channel_models(examples: list[tuple[bool, str]], max_chars: int = 2000, max_ham_rate: float = 0.005,
                    judged: Callable[[str], bool] = lambda text: True, scope: str = "auto",
                    listed: Callable[[str, str], bool] | None = None,
-                   max_spam_loss: float | None = None) -> dict[str, "SpamModel"]:
+                   max_spam_loss: float | None = None, reference: dict[str, list[str]] | None = None,
+                   gate_spam_loss: float = 0.05) -> dict[str, "SpamModel"]:
     """One model per channel of the examples (zh, en, ...): a pooled model flags most Chinese ham when the English
-    examples outnumber the Chinese ones. A channel with fewer than MIN_CLASS_EXAMPLES of spam or of ham gets none."""
+    examples outnumber the Chinese ones. A channel with fewer than MIN_CLASS_EXAMPLES of spam or of ham gets none.
+    reference: the corpus sample's texts by channel, from which each model learns its resemblance gate (None: no gate)."""
 
     by_channel: dict[str, list[tuple[bool, str]]] = {}
     for is_spam, text in examples:
@@ -78,7 +82,9 @@ def channel_models(examples: list[tuple[bool, str]], max_chars: int = 2000, max_
         if text.strip():
             by_channel.setdefault(detect_channel(DocFeatures(text)), []).append((is_spam, text))
     return {c: SpamModel.cross_validated(rows, c, max_chars, max_ham_rate, judged, scope=scope,
-                                         listed=listed, max_spam_loss=max_spam_loss)
+                                         listed=listed, max_spam_loss=max_spam_loss,
+                                         reference=None if reference is None else reference.get(c, []),
+                                         gate_spam_loss=gate_spam_loss)
             for c, rows in by_channel.items()
             if min(sum(s for s, _ in rows), sum(not s for s, _ in rows)) >= MIN_CLASS_EXAMPLES}
 
@@ -115,14 +121,18 @@ class SpamModel:
         self.pipeline.fit([t[:max_chars] for _, t in examples], labels)
         self.judges_up_to_chars = spam_length_cap(examples)
         self.cv: CrossValidation | None = None
+        self.gate: ResemblanceGate | None = None
+        self.no_gate = "no corpus sample given"  # why there is no gate, when there is none
 
     @classmethod
     def cross_validated(cls, examples: list[tuple[bool, str]], channel: str, max_chars: int = 2000,
                         max_ham_rate: float = 0.005, judged: Callable[[str], bool] = lambda text: True,
                         folds: int = 5, scope: str = "auto", listed: Callable[[str, str], bool] | None = None,
-                        max_spam_loss: float | None = None) -> "SpamModel":
+                        max_spam_loss: float | None = None, reference: list[str] | None = None,
+                        gate_spam_loss: float = 0.05) -> "SpamModel":
         """The model on all examples (of one channel), with the threshold, scope and veto that out-of-fold scores
-        support. listed(text, channel): whether the lexicons alone reject the text; no veto without it."""
+        support. listed(text, channel): whether the lexicons alone reject the text; no veto without it. reference:
+        the corpus sample of this channel, from which the resemblance gate is learned (None: no gate)."""
         labels = [s for s, _ in examples]
         model = cls(examples, max_chars)
         scores: list[float | None] = [None] * len(examples)
@@ -137,7 +147,18 @@ class SpamModel:
         if listed is not None and max_spam_loss is not None:
             rejected = [s is not None and listed(text, channel) for s, (_, text) in zip(scores, examples)]
             choose_veto(model.cv, labels, scores, rejected, max_spam_loss)
+        if reference is not None:
+            gate = learned_gate(examples, reference, splits, gate_spam_loss, max_chars)
+            model.gate, model.no_gate = (gate, "") if isinstance(gate, ResemblanceGate) else (None, gate)
         return model
+
+    def judges(self, text: str, n_chars: int) -> bool:
+        """Whether the model may judge this text: of a length it has seen spam at, and like its examples."""
+        return n_chars <= self.judges_up_to_chars and (self.gate is None or self.gate.judges(text))
+
+    def report(self) -> dict:
+        gate = asdict(self.gate.report) if self.gate else {"off": self.no_gate}
+        return {**asdict(self.cv), "judges_up_to_chars": self.judges_up_to_chars, "gate": gate}
 
     def scores(self, texts: list[str]) -> list[float]:
         """Probability of spam of each text."""

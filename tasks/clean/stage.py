@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 
 from pretrain.config import CleanConfig
 from tasks.clean.dedup import find_duplicates
+from tasks.clean.reference import with_reference
 from tasks.clean.shards import ShardSpec, clean_shard, plan_shards
 from tasks.clean.tally import KEPT_SCHEMA, REJECT_SCHEMA, STATS_SCHEMA, Tally
 from tasks.common.outputs import read_json, staged_output, write_json
@@ -128,12 +129,14 @@ def decontamination_report(cfg: CleanConfig, tally: Tally, checked: dict) -> dic
     return {s.name: {**checked[s.name], count: removed.get(f"eval_overlap_{s.name}", 0)} for s in rules.eval_sets}
 
 
-def prepare(cfg: CleanConfig, out_dir: Path) -> tuple[list[ShardSpec], Path]:
-    """The shard plan and the scratch directory; fails here, before any output, when a source names nothing."""
-    specs = plan_shards(cfg)
+def prepare(cfg: CleanConfig, out_dir: Path) -> tuple[CleanConfig, list[ShardSpec], Path]:
+    """The config the shards run (with the classifier's corpus sample drawn), the shard plan and the scratch
+    directory; fails here, before any output, when a source names nothing."""
+    plan_shards(cfg)  # a source that names nothing fails before the sample reads the others
     work_dir = work_dir_for(Path(out_dir))
     work_dir.mkdir(parents=True, exist_ok=True)
-    return specs, work_dir
+    cfg = with_reference(cfg, work_dir)
+    return cfg, plan_shards(cfg), work_dir
 
 
 def complete(cfg: CleanConfig, specs: list[ShardSpec], metas: list[dict], work_dir: Path, out_dir: Path) -> dict:
@@ -146,6 +149,6 @@ def complete(cfg: CleanConfig, specs: list[ShardSpec], metas: list[dict], work_d
 
 
 def run_clean(cfg: CleanConfig, out_dir: Path, run_shards: ShardRunner = run_shards_locally) -> dict:
-    specs, work_dir = prepare(cfg, out_dir)
+    cfg, specs, work_dir = prepare(cfg, out_dir)
     return complete(cfg, specs, run_shards(cfg, specs, work_dir), work_dir, out_dir)
 

@@ -16,6 +16,7 @@ import fsspec
 from pretrain.channels import CHANNELS
 from tasks.clean.disguise import unmask
 from tasks.clean.rules.base import Doc, Outcome, Rule
+from tasks.clean.resemblance import read_reference
 from tasks.clean.spam_model import channel_models, read_examples
 
 _HOST = re.compile(r"(?<![\w.-])((?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,24})(?![\w-])")
@@ -190,7 +191,18 @@ class DirtyRule(Rule):
                                           scope=settings.classifier_scope,
                                           listed=lambda text, channel: not self.lists_verdict(
                                               hits_of(text), len(text), channel)[-1],
-                                          max_spam_loss=settings.classifier_veto_max_spam_loss) if examples else {}
+                                          max_spam_loss=settings.classifier_veto_max_spam_loss,
+                                          reference=self.reference(settings),
+                                          gate_spam_loss=settings.classifier_gate_spam_loss) if examples else {}
+
+    def reference(self, settings) -> dict[str, list[str]] | None:
+        """The corpus sample by channel, as the lists and the classifier read it (None: no gate)."""
+        if settings.classifier_reference is None or not settings.classifier_reference_docs:
+            return None
+        by_channel: dict[str, list[str]] = {}
+        for channel, text in read_reference(settings.classifier_reference):
+            by_channel.setdefault(channel, []).append(self.matched(text))
+        return by_channel
 
     def hits(self, text: str) -> list[tuple[str, float]]:
         """Every lexicon term, pattern match and blocklisted domain found, with its weight."""
@@ -217,8 +229,8 @@ class DirtyRule(Rule):
         out.scores["dirty.distinct_hits"] = distinct
         model = self.classifiers.get(doc.channel)
         spam = threshold = None
-        # texts of a length the model has seen spam at; with scope 'evidence', only those with a hit
-        if model and (hits or model.cv.scope == "all") and doc.feats.n_chars <= model.judges_up_to_chars:
+        # texts of a length the model has seen spam at, like its examples; with scope 'evidence', only those with a hit
+        if model and (hits or model.cv.scope == "all") and model.judges(text, doc.feats.n_chars):
             spam = model.score(text)
             threshold = s.classifier_threshold if s.classifier_threshold is not None else model.cv.threshold
             if not clean and spam < min(model.cv.veto_threshold, threshold):

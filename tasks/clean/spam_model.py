@@ -152,9 +152,9 @@ class SpamModel:
             model.gate, model.no_gate = (gate, "") if isinstance(gate, ResemblanceGate) else (None, gate)
         return model
 
-    def judges(self, text: str, n_chars: int) -> bool:
-        """Whether the model may judge this text: of a length it has seen spam at, and like its examples."""
-        return n_chars <= self.judges_up_to_chars and (self.gate is None or self.gate.judges(text))
+    def resembles(self, text: str) -> bool:
+        """Whether the text is like the examples rather than like the corpus (always, without a gate)."""
+        return self.gate is None or self.gate.judges(text)
 
     def report(self) -> dict:
         gate = asdict(self.gate.report) if self.gate else {"off": self.no_gate}

@@ -132,11 +132,13 @@ def decontamination_report(cfg: CleanConfig, tally: Tally, checked: dict) -> dic
 def prepare(cfg: CleanConfig, out_dir: Path) -> tuple[CleanConfig, list[ShardSpec], Path]:
     """The config the shards run (with the classifier's corpus sample drawn), the shard plan and the scratch
     directory; fails here, before any output, when a source names nothing."""
-    plan_shards(cfg)  # a source that names nothing fails before the sample reads the others
+    specs = plan_shards(cfg)
     work_dir = work_dir_for(Path(out_dir))
     work_dir.mkdir(parents=True, exist_ok=True)
-    cfg = with_reference(cfg, work_dir)
-    return cfg, plan_shards(cfg), work_dir
+    sampled = with_reference(cfg, work_dir)
+    if sampled is not cfg:  # the sample's path is a setting: the shards' fingerprints carry it
+        specs = plan_shards(sampled)
+    return sampled, specs, work_dir
 
 
 def complete(cfg: CleanConfig, specs: list[ShardSpec], metas: list[dict], work_dir: Path, out_dir: Path) -> dict:

@@ -229,11 +229,15 @@ class DirtyRule(Rule):
         out.scores["dirty.distinct_hits"] = distinct
         model = self.classifiers.get(doc.channel)
         spam = threshold = None
-        # texts of a length the model has seen spam at, like its examples; with scope 'evidence', only those with a hit
-        if model and (hits or model.cv.scope == "all") and model.judges(text, doc.feats.n_chars):
+        # texts of a length the model has seen spam at; with scope 'evidence', only those with a hit
+        if model and (hits or model.cv.scope == "all") and doc.feats.n_chars <= model.judges_up_to_chars:
             spam = model.score(text)
             threshold = s.classifier_threshold if s.classifier_threshold is not None else model.cv.threshold
-            if not clean and spam < min(model.cv.veto_threshold, threshold):
+            veto = not clean and spam < min(model.cv.veto_threshold, threshold)
+            # the gate is asked only where the model's verdict changes something: most texts score below threshold
+            if (veto or spam > threshold) and not model.resembles(text):
+                spam = None  # not like its examples: the lists decide alone
+            elif veto:
                 out.scores["dirty.overruled"] = 1.0  # the lists rejected it; the classifier reads it as its ham examples
                 clean = True
         out.check("score_per_kchar", per_k, clean, "dirty_content")

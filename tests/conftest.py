@@ -119,3 +119,13 @@ def prefect_home(path: Path, database: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     shutil.copy2(database, path / "prefect.db")
     return path
+
+
+@pytest.fixture(scope="session")
+def shared_prefect(tmp_path_factory, migrated_prefect_db):
+    """One Prefect server for the tests that only need a server to run on, as a team's long-running one (a CLI
+    given PREFECT_API_URL uses it): a temporary server of each run's own costs 10-30 s here to start. That path
+    runs in tests/cli/test_main.py's clean-stage, Ctrl-C and killed-CLI tests and in test_secrets.py."""
+    home = prefect_home(tmp_path_factory.mktemp("shared-prefect-home"), migrated_prefect_db)
+    with running_server(home) as url:
+        yield url

@@ -10,18 +10,20 @@ import yaml
 from tests.conftest import ROOT, prefect_home, tiny_dict
 
 
-def run_cli(*args, cwd=ROOT):
+def run_cli(*args, cwd=ROOT, server: str | None = None):
+    """server: a Prefect API to run on (PREFECT_API_URL); None: the CLI starts its own temporary one."""
+    env = {**os.environ, "PREFECT_API_URL": server} if server else None
     return subprocess.run([sys.executable, "-m", "cli", *args], capture_output=True, text=True,
-                          cwd=cwd, timeout=600)
+                          cwd=cwd, timeout=600, env=env)
 
 
 @pytest.mark.slow
-def test_missing_source_fails_clearly_and_writes_nothing(tmp_path):
+def test_missing_source_fails_clearly_and_writes_nothing(tmp_path, shared_prefect):
     data = tiny_dict(tmp_path / "run")
     data["clean"]["sources"] = [{"path": str(tmp_path / "absent" / "*.jsonl")}]
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump(data))
-    proc = run_cli("clean", "--config", str(cfg))
+    proc = run_cli("clean", "--config", str(cfg), server=shared_prefect)
     assert proc.returncode == 1
     assert f"nothing found at {tmp_path}/absent/*.jsonl" in proc.stderr
     assert "fix clean.sources[].path" in proc.stderr
@@ -29,10 +31,10 @@ def test_missing_source_fails_clearly_and_writes_nothing(tmp_path):
 
 
 @pytest.mark.slow
-def test_stage_needs_previous_stage(tmp_path):
+def test_stage_needs_previous_stage(tmp_path, shared_prefect):
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump(tiny_dict(tmp_path / "run")))
-    proc = run_cli("tokenize", "--config", str(cfg))
+    proc = run_cli("tokenize", "--config", str(cfg), server=shared_prefect)
     assert proc.returncode == 1
     assert "no complete 'clean' output" in proc.stderr and "run `pretrain clean" in proc.stderr
     assert not (tmp_path / "run" / "tokens").exists()
@@ -205,7 +207,7 @@ def test_a_killed_cli_leaves_no_pool_worker_or_server_behind(tmp_path, migrated_
 
 
 @pytest.mark.slow
-def test_a_run_root_with_quotes_and_corpus_links_out_or_to_nothing_clean_safely(tmp_path, migrated_prefect_db):
+def test_a_run_root_with_quotes_and_corpus_links_out_or_to_nothing_clean_safely(tmp_path, shared_prefect):
     """And a corpus folder holding a link to a file outside it (a secret) and a link to nothing."""
     from tasks.tokenize.rejects import rule_table
 
@@ -219,10 +221,7 @@ def test_a_run_root_with_quotes_and_corpus_links_out_or_to_nothing_clean_safely(
     data = tiny_dict(root)
     data = {key: data[key] for key in ("name", "run_root", "clean")}
     data["clean"]["sources"].append({"path": str(corpus), "name": "linked"})
-    home = prefect_home(tmp_path / "prefect-home", migrated_prefect_db)
-    proc = subprocess.run([sys.executable, "-m", "cli", "clean", "--config", write(tmp_path, data)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "PREFECT_HOME": str(home)})
+    proc = run_cli("clean", "--config", write(tmp_path, data), server=shared_prefect)
     assert proc.returncode == 0, proc.stderr[-3000:]
     manifest = yaml.safe_load((root / "clean" / "manifest.json").read_text())  # JSON is YAML
     assert manifest["docs_in"] == manifest["kept"] + manifest["rejected"]

@@ -70,16 +70,6 @@ def prefect_server(monkeypatch, tmp_path_factory, migrated_prefect_db):
         yield url
 
 
-@pytest.fixture(scope="session")
-def shared_prefect(tmp_path_factory, migrated_prefect_db):
-    """One Prefect server for the flow tests that only need a server to run on, as a team's long-running one: a
-    temporary server of each run's own costs 5-15 s here to start. (That path runs in tests/cli/test_main.py,
-    test_secrets.py and test_lease.py.)"""
-    home = prefect_home(tmp_path_factory.mktemp("shared-prefect-home"), migrated_prefect_db)
-    with running_server(home) as url:
-        yield url
-
-
 def prefect_api(url: str, path: str, body: dict | None = None):
     import httpx
 

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from tasks.common.lease import LeaseHeld, acquire, lease, lease_path
-from tests.conftest import ROOT, prefect_home, tiny_dict
+from tests.conftest import ROOT, tiny_dict
 
 
 def test_a_second_run_of_a_stage_is_refused_while_the_first_holds_it(tmp_path):
@@ -59,21 +59,20 @@ def test_a_lease_whose_holder_is_gone_is_taken_over(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_cli_refuses_a_stage_another_run_is_running_on_the_run_root(tmp_path, migrated_prefect_db):
+def test_the_cli_refuses_a_stage_another_run_is_running_on_the_run_root(tmp_path, shared_prefect):
     data = tiny_dict(tmp_path / "run")
     config = tmp_path / "c.yaml"
     config.write_text(yaml.safe_dump(data))
-    home = prefect_home(tmp_path / "prefect-home", migrated_prefect_db)
     with lease(tmp_path / "run", "clean"):  # the other run
         proc = subprocess.run([sys.executable, "-m", "cli", "clean", "--config", str(config)], cwd=ROOT,
                               capture_output=True, text=True, timeout=600,
-                              env={**os.environ, "PREFECT_HOME": str(home)})
+                              env={**os.environ, "PREFECT_API_URL": shared_prefect})
     assert proc.returncode == 1 and "its clean stage is being run by pid" in proc.stderr
     assert not (tmp_path / "run" / "clean").exists() and not (tmp_path / "run" / "clean.shards").exists()
     with lease(tmp_path / "run", "train"):  # a training reads the tokens: `pretrain tokenize` must not replace them
         proc = subprocess.run([sys.executable, "-m", "cli", "tokenize", "--config", str(config)], cwd=ROOT,
                               capture_output=True, text=True, timeout=600,
-                              env={**os.environ, "PREFECT_HOME": str(home)})
+                              env={**os.environ, "PREFECT_API_URL": shared_prefect})
     assert proc.returncode == 1 and "would rewrite what its train stage is reading" in proc.stderr
     assert not (tmp_path / "run" / "tokens").exists()
 

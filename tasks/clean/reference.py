@@ -18,6 +18,10 @@ from pretrain.config import CleanConfig
 from tasks.clean.judge import Cleaner
 from tasks.clean.readers import expand_source, iter_files
 
+# characters of a sampled document kept: the gate reads 2,000 and the classifier judges texts shorter than twice its
+# spam examples; 4,000 whole documents of up to length.max_chars (2 M) would be gigabytes
+MAX_SAMPLE_CHARS = 20_000
+
 
 def sampled_texts(cfg: CleanConfig, docs: int) -> list[tuple[str, str]]:
     """(channel, text) of up to `docs` documents of the sources, as the rules read them."""
@@ -39,7 +43,7 @@ def sampled_texts(cfg: CleanConfig, docs: int) -> list[tuple[str, str]]:
                     continue
                 prepared = preparer.prepare(raw)
                 if prepared.text.strip():
-                    sample.append((prepared.channel, prepared.text))
+                    sample.append((prepared.channel, prepared.text[:MAX_SAMPLE_CHARS]))
                     from_file += 1
                 if from_file >= min(per_file, per_source - taken):
                     break

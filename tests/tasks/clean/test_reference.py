@@ -3,7 +3,7 @@ prepared as the rules read it, named by its digest."""
 import json
 
 from pretrain.config import CleanConfig
-from tasks.clean.reference import sampled_texts, with_reference
+from tasks.clean.reference import MAX_SAMPLE_CHARS, sampled_texts, with_reference
 from tasks.clean.resemblance import read_reference
 
 
@@ -49,3 +49,10 @@ def test_the_stage_draws_a_sample_only_for_a_classifier_and_names_it_by_its_cont
     off = cfg.model_copy(update={"rules": cfg.rules.model_copy(update={
         "dirty": cfg.rules.dirty.model_copy(update={"classifier_reference_docs": 0})})})
     assert with_reference(off, tmp_path) is off
+
+
+def test_a_long_document_is_sampled_up_to_a_bound(tmp_path):
+    page = tmp_path / "long.jsonl"
+    page.write_text(json.dumps({"text": "The river rose again this spring and the town moved its market. " * 2000}) + "\n")
+    [(channel, text)] = sampled_texts(CleanConfig.model_validate({"sources": [{"path": str(page)}]}), 10)
+    assert channel == "en" and len(text) == MAX_SAMPLE_CHARS  # 130,000 characters read, 20,000 kept

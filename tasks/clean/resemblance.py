@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import fsspec
 
+from tasks.clean.char_ngrams import char_ngram_classifier
+
 MIN_REFERENCE_DOCS = 50  # of one channel: fewer is no picture of the corpus, and the classifier judges every text
 
 
@@ -37,15 +39,8 @@ def _key(text: str) -> bytes:
 
 
 def _domain_model(example_texts: list[str], reference: list[str], max_chars: int):
-    from sklearn.feature_extraction.text import TfidfVectorizer
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.pipeline import make_pipeline
-
-    model = make_pipeline(
-        TfidfVectorizer(analyzer="char_wb", ngram_range=(1, 3), sublinear_tf=True, min_df=2, lowercase=True),
-        LogisticRegression(C=4.0, max_iter=3000, class_weight="balanced"))
     texts = [t[:max_chars] for t in example_texts] + [t[:max_chars] for t in reference]
-    return model.fit(texts, [1] * len(example_texts) + [0] * len(reference))
+    return char_ngram_classifier().fit(texts, [1] * len(example_texts) + [0] * len(reference))
 
 
 class ResemblanceGate:

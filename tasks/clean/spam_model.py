@@ -34,6 +34,7 @@ import fsspec
 
 from pretrain.config import DedupConfig
 from tasks.clean.channel import detect_channel
+from tasks.clean.char_ngrams import char_ngram_classifier
 from tasks.clean.dedup import UnionFind
 from tasks.clean.features import DocFeatures
 from tasks.clean.minhash import MinHasher, NearIndex
@@ -107,17 +108,11 @@ class CrossValidation:
 
 class SpamModel:
     def __init__(self, examples: list[tuple[bool, str]], max_chars: int = 2000):
-        from sklearn.feature_extraction.text import TfidfVectorizer
-        from sklearn.linear_model import LogisticRegression
-        from sklearn.pipeline import make_pipeline
-
         labels = [s for s, _ in examples]
         if not 0 < sum(labels) < len(labels):
             raise ValueError("the labeled examples need both spam and ham to learn from")
         self.max_chars = max_chars
-        self.pipeline = make_pipeline(
-            TfidfVectorizer(analyzer="char_wb", ngram_range=(1, 3), sublinear_tf=True, min_df=2, lowercase=True),
-            LogisticRegression(C=4.0, max_iter=3000, class_weight="balanced"))
+        self.pipeline = char_ngram_classifier()
         self.pipeline.fit([t[:max_chars] for _, t in examples], labels)
         self.judges_up_to_chars = spam_length_cap(examples)
         self.cv: CrossValidation | None = None

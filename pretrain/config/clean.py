@@ -79,9 +79,16 @@ class GopherQualitySettings(Strict):
     min_stop_words: int = 2
 
 
+JOIN_WRAPPED_DOC = ("judge the lines a web page would show: a line that has not ended its sentence continues into "
+                    "the next when that starts in lower case (a hard wrap in e-mail, Markdown, plain-text books) or "
+                    "when it ends in , ; or : (verse, a speaker's name above the speech)")
+
+
 class GopherRepetitionSettings(Strict):
     """Gopher repetition rules, English (the chinese rule has the character n-gram equivalents)."""
     mode: RuleMode = Field("drop", description=MODE_DOC)
+    join_wrapped_lines: bool = Field(True, description=JOIN_WRAPPED_DOC + " when duplicate lines are counted; off: "
+                                     "each line alone, as Gopher did")
     dup_line_frac: float = 0.3
     dup_para_frac: float = 0.3
     dup_line_char_frac: float = 0.2
@@ -94,9 +101,7 @@ class C4Settings(Strict):
     """C4 rules (Raffel et al. 2020), English: line filters that edit the text, then document checks."""
     mode: RuleMode = Field("drop", description=MODE_DOC + " (in tag mode lines are not removed)")
     remove_citations: bool = True
-    join_wrapped_lines: bool = Field(True, description="judge a hard-wrapped paragraph (a line without terminal "
-                                     "punctuation, then one that starts in lower case) as one line, as e-mail, "
-                                     "Markdown and plain-text books wrap it; off: each line alone, as C4 did")
+    join_wrapped_lines: bool = Field(True, description=JOIN_WRAPPED_DOC + "; off: each line alone, as C4 did")
     drop_lines_without_terminal_punct: bool = True
     min_words_per_line: int = 3
     max_word_length: int = 1000
@@ -115,6 +120,8 @@ class FineWebSettings(Strict):
     short_line_length: int = 30
     char_duplicates_ratio: float = Field(0.01, description="max share of characters in duplicated lines")
     new_line_ratio: float = Field(0.3, description="max newlines per word")
+    join_wrapped_lines: bool = Field(True, description=JOIN_WRAPPED_DOC + " in the line shares; off: each line "
+                                     "alone, as FineWeb did")
 
 
 class ChineseSettings(Strict):

@@ -27,6 +27,32 @@ _WHITESPACE = (" ", "\n", "\t", "\r", "\u3000", "\xa0")
 # Byte sequences that UTF-8 text takes on when read as Latin-1 / cp1252 and left unrepaired
 _MOJIBAKE = re.compile(r"Ã[\u0080-\u00bf]|Â[\u0080-\u00bf]|â€[\u0080-\u00bf™œž\u201a-\u201e\u2020-\u2022\u2026]|ï¿½|æ[\u0080-\u00bf][\u0080-\u00bf]")
 TERMINAL_PUNCT = (".", "?", "!", '"', "'", "。", "！", "？", "”", "…")
+C4_END_PUNCT = (".", "?", "!", '"', "'")
+# a line ending in one of these has not ended its sentence: a verse line, a speaker's name, a lead-in
+CLAUSE_PUNCT = (",", ";", ":")
+
+
+def logical_lines(text: str, join_wrapped: bool) -> list[list[str]]:
+    """The stripped non-empty lines, grouped into the lines a web page would show: a line that has not ended its
+    sentence is continued by the next when that one starts in lower case (e-mail, Markdown and plain-text books
+    wrap at a width) or when it ends in a comma, semicolon or colon (verse, a speaker's name above the speech,
+    a lead-in); a blank line ends a group. Web text, one paragraph a line, is left as it is."""
+    groups: list[list[str]] = []
+    previous = ""
+    for line in text.split("\n"):
+        line = line.strip()
+        if line and join_wrapped and previous and continues(previous, line):
+            groups[-1].append(line)
+        elif line:
+            groups.append([line])
+        previous = line
+    return groups
+
+
+def continues(previous: str, line: str) -> bool:
+    if previous.endswith(C4_END_PUNCT):
+        return False
+    return line[0].islower() or previous.endswith(CLAUSE_PUNCT)
 
 
 def find_duplicates(items: list[str]) -> tuple[int, int]:
@@ -162,6 +188,11 @@ class DocFeatures:
     @cached_property
     def lines(self) -> list[str]:
         return [line.strip() for line in self.raw_lines if line.strip()]
+
+    @cached_property
+    def logical_lines(self) -> list[str]:
+        """The lines as a web page would show them (`logical_lines`), each group joined with a space."""
+        return [" ".join(group) for group in logical_lines(self.text, True)]
 
     @cached_property
     def paragraphs(self) -> list[str]:

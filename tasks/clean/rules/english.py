@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import re
 
-from tasks.clean.features import TERMINAL_PUNCT, dup_ngram_chars, find_duplicates, top_ngram_chars
+from tasks.clean.features import (C4_END_PUNCT, TERMINAL_PUNCT, dup_ngram_chars, find_duplicates, logical_lines,
+                                    top_ngram_chars)
 from tasks.clean.rules.base import Doc, Outcome, Rule
 
 STOP_WORDS = {"the", "be", "to", "of", "and", "that", "have", "with"}
 _CITATION = re.compile(r"\[\d*]|\[edit]|\[citation needed]")
 _SENTENCE_END = re.compile(r"[.!?]+(?=\s|$)")
-C4_END_PUNCT = (".", "?", "!", '"', "'")
 POLICY_SUBSTRINGS = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies",
                      "use cookies")
 
@@ -52,7 +52,7 @@ class GopherRepetitionRule(Rule):
         dup, dup_chars = find_duplicates(f.paragraphs)
         out.check("dup_para_frac", dup / max(len(f.paragraphs), 1), dup / max(len(f.paragraphs), 1) <= s.dup_para_frac)
         out.check("dup_para_char_frac", dup_chars / n_chars, dup_chars / n_chars <= s.dup_para_char_frac)
-        lines = [line for line in f.raw_lines if line]
+        lines = f.logical_lines if s.join_wrapped_lines else [line for line in f.raw_lines if line]
         dup, dup_chars = find_duplicates(lines)
         out.check("dup_line_frac", dup / max(len(lines), 1), dup / max(len(lines), 1) <= s.dup_line_frac)
         out.check("dup_line_char_frac", dup_chars / n_chars, dup_chars / n_chars <= s.dup_line_char_frac)
@@ -79,21 +79,6 @@ def c4_filter_lines(text: str, s) -> tuple[str, dict[str, int]]:
         else:
             kept.extend(lines)
     return "\n".join(kept), removed
-
-
-def logical_lines(text: str, join_wrapped: bool) -> list[list[str]]:
-    """The stripped non-empty lines, grouped: a line without terminal punctuation followed by one that starts in
-    lower case is one line wrapped (e-mail, Markdown, plain-text books wrap at a width; web text does not)."""
-    groups: list[list[str]] = []
-    previous = ""
-    for line in text.split("\n"):
-        line = line.strip()
-        if line and join_wrapped and previous and line[0].islower() and not previous.endswith(C4_END_PUNCT):
-            groups[-1].append(line)
-        elif line:
-            groups.append([line])
-        previous = line
-    return groups
 
 
 def c4_line_failure(line: str, s) -> str | None:
@@ -143,7 +128,7 @@ class FineWebRule(Rule):
 
     def evaluate(self, doc: Doc) -> Outcome:
         s, f, out = self.settings, doc.feats, Outcome(self.name)
-        lines = [line for line in f.raw_lines if line.strip()]
+        lines = f.logical_lines if s.join_wrapped_lines else [line for line in f.raw_lines if line.strip()]
         n_lines = max(len(lines), 1)
         punct = sum(line.endswith(TERMINAL_PUNCT) for line in lines) / n_lines
         out.check("line_punct_ratio", punct, punct >= s.line_punct_thr)

@@ -121,6 +121,43 @@ def test_c4_judges_a_hard_wrapped_paragraph_as_one_line_and_keeps_its_breaks():
     assert kept == EN_GOOD
 
 
+# a scene as plays are printed: the speaker's name on a line of its own, short lines of verse, names that recur
+PLAY_SCENE = "\n".join([
+    "KEEPER:", "The lamp is lit, the tide is turning fast,", "And every boat is safe within the bay.",
+    "FISHER:", "Not every boat; my brother's sail is out.", "He left at noon to find the northern shoal.",
+    "KEEPER:", "Then I will keep the beam upon the rocks,", "Until his mast comes round the headland light.",
+    "FISHER:", "You have my thanks.",
+    "KEEPER:", "Go home and wait for him;", "The sea is kind to those who know her ways.",
+    "FISHER:", "I know her ways;", "she took our father's boat.",
+    "KEEPER:", "And gave you back the son who sails today.", "Go home and rest.",
+    "FISHER:", "I will.",
+    "KEEPER:", "Good night to you.",
+    "FISHER:", "And to your lamp.",
+])
+
+
+def test_a_play_keeps_its_speakers_and_verse_and_passes_the_line_rules():
+    kept, removed = c4_filter_lines(PLAY_SCENE, RulesConfig().c4)
+    # a speaker's name and a verse line ending in a comma continue into the line that ends the sentence
+    assert kept == PLAY_SCENE and sum(removed.values()) == 0
+    assert reason(PLAY_SCENE, "en") is None
+    # each physical line alone, as the papers judged them: C4 drops the names and the comma lines, FineWeb counts
+    # the short lines, Gopher the recurring names as duplicate lines
+    one_by_one = {"join_wrapped_lines": False}
+    kept, removed = c4_filter_lines(PLAY_SCENE, RulesConfig(c4=one_by_one).c4)
+    assert "KEEPER:" not in kept and removed["no_terminal_punct"] == 14
+    assert reason(PLAY_SCENE, "en", c4={"mode": "off"}, gopher_repetition=one_by_one) == \
+        "gopher_repetition_dup_line_frac"
+    assert reason(PLAY_SCENE, "en", c4={"mode": "off"}, fineweb=one_by_one) == "fineweb_short_line_ratio"
+
+
+def test_a_menu_is_not_joined_by_the_verse_rule():
+    # menu entries end neither a sentence nor a clause: each stays its own line and C4 drops it
+    menu = "Home\nNews\nSports\nWeather\n" + EN_GOOD
+    kept, removed = c4_filter_lines(menu, RulesConfig().c4)
+    assert kept == EN_GOOD and removed["no_terminal_punct"] == 4
+
+
 def test_c4_edits_the_text_before_it_is_judged_and_names_an_emptied_document():
     from pretrain.config import CleanConfig, SourceConfig
     from tasks.clean.readers import RawDoc

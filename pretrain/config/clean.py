@@ -102,6 +102,9 @@ class C4Settings(Strict):
     mode: RuleMode = Field("drop", description=MODE_DOC + " (in tag mode lines are not removed)")
     remove_citations: bool = True
     join_wrapped_lines: bool = Field(True, description=JOIN_WRAPPED_DOC + "; off: each line alone, as C4 did")
+    keep_fenced_code: bool = Field(True, description="a Markdown fenced code block (``` or ~~~) is kept as it is "
+                                   "and set aside when the English rules (C4, Gopher, FineWeb) judge the page: code "
+                                   "has no sentences and has curly brackets; off: its lines are judged as prose")
     drop_lines_without_terminal_punct: bool = True
     min_words_per_line: int = 3
     max_word_length: int = 1000

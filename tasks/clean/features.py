@@ -49,6 +49,35 @@ def logical_lines(text: str, join_wrapped: bool) -> list[list[str]]:
     return groups
 
 
+def fenced_blocks(text: str) -> list[tuple[bool, str]]:
+    """The text as (is fenced code, lines) blocks in order: a Markdown ``` or ~~~ fence and its lines, through the
+    closing fence (an unclosed fence runs to the end, as Markdown renders it), and the text between fences."""
+    if "```" not in text and "~~~" not in text:
+        return [(False, text)]
+    blocks: list[tuple[bool, str]] = []
+    lines: list[str] = []
+    fenced = False
+    for line in text.split("\n"):
+        fence = line.lstrip().startswith(("```", "~~~"))
+        if fence and not fenced and lines:
+            blocks.append((False, "\n".join(lines)))
+            lines = []
+        lines.append(line)
+        if fence:
+            if fenced:
+                blocks.append((True, "\n".join(lines)))
+                lines = []
+            fenced = not fenced
+    if lines:
+        blocks.append((fenced, "\n".join(lines)))
+    return blocks
+
+
+def without_fenced_code(text: str) -> str:
+    """The prose of a Markdown page: its fenced code blocks left out."""
+    return "\n".join(block for is_code, block in fenced_blocks(text) if not is_code)
+
+
 def continues(previous: str, line: str) -> bool:
     if previous.endswith(C4_END_PUNCT):
         return False

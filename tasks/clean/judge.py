@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pretrain.channels import CHANNELS
 from pretrain.config import CleanConfig
 from tasks.clean.channel import detect_channel
-from tasks.clean.features import DocFeatures
+from tasks.clean.features import DocFeatures, without_fenced_code
 from tasks.clean.normalize import normalize_text, to_simplified
 from tasks.clean.readers import RawDoc
 from tasks.clean.rules import Doc, Failure, build_rules, judge_rules
@@ -79,11 +79,19 @@ class Cleaner:
         if not p.text.strip():
             return Verdict(p.text, p.channel, self.emptied(p.channel, repairs), repairs=repairs,
                            lines_removed=p.lines_removed)
-        result = judge_rules(self.rules, Doc(p.text, p.channel, p.feats))
+        result = judge_rules(self.rules, Doc(p.text, p.channel, p.feats, self.prose(p)))
         failure = result.failure
         if failure is None and p.channel not in self.cfg.keep_channels:
             failure = Failure("channel", "unsupported_language", 0.0)
         return Verdict(p.text, p.channel, failure, result.flags, result.scores, repairs, p.lines_removed)
+
+    def prose(self, p: Prepared) -> DocFeatures:
+        """The features the prose rules judge: a Markdown page's fenced code is code, which C4 would reject for
+        a curly bracket and Gopher would count as words without stop words."""
+        if not self.cfg.rules.c4.keep_fenced_code:
+            return p.feats
+        prose = without_fenced_code(p.text)
+        return p.feats if prose == p.text else DocFeatures(prose)
 
     def emptied(self, channel: str, repairs: list[str]) -> Failure:
         """Why a document has no text left: the last edit that removed some, else normalization."""

@@ -6,6 +6,7 @@ import unicodedata
 from functools import lru_cache
 
 from pretrain.config import NormalizeConfig
+from tasks.clean.features import fenced_blocks
 
 # C0/C1 controls except tab and newline; zero-width and BOM characters.
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u200b\u200c\u200d\u2060\ufeff]")
@@ -50,9 +51,14 @@ def normalize_text(text: str, cfg: NormalizeConfig = NormalizeConfig(), keep_ind
         text = _CONTROL.sub("", text.replace("\r\n", "\n").replace("\r", "\n"))
     if cfg.whitespace:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
-        if keep_indentation:
-            lines = [line.rstrip() for line in text.split("\n")]
-        else:
-            lines = [_SPACES.sub(" ", line).strip() for line in text.split("\n")]
-        text = _MANY_NEWLINES.sub("\n\n", "\n".join(lines)).strip("\n")
+        text = "\n".join(spaces_normalized(is_code or keep_indentation, block) for is_code, block in fenced_blocks(text))
+        text = _MANY_NEWLINES.sub("\n\n", text).strip("\n")
     return text, repairs
+
+
+def spaces_normalized(is_code: bool, text: str) -> str:
+    """Runs of spaces collapsed and lines stripped; code (a code document, a Markdown fenced block) keeps its
+    indentation, which is its syntax in Python and YAML."""
+    if is_code:
+        return "\n".join(line.rstrip() for line in text.split("\n"))
+    return "\n".join(_SPACES.sub(" ", line).strip() for line in text.split("\n"))

@@ -12,6 +12,11 @@ class Doc:
     text: str
     channel: str
     feats: DocFeatures
+    prose: DocFeatures | None = None  # what prose rules judge: the text without Markdown's fenced code
+
+    def __post_init__(self):
+        if self.prose is None:
+            self.prose = self.feats
 
 
 @dataclass

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import re
 
-from tasks.clean.features import (C4_END_PUNCT, TERMINAL_PUNCT, dup_ngram_chars, find_duplicates, logical_lines,
-                                    top_ngram_chars)
+from tasks.clean.features import (C4_END_PUNCT, TERMINAL_PUNCT, dup_ngram_chars, fenced_blocks, find_duplicates,
+                                    logical_lines, top_ngram_chars)
 from tasks.clean.rules.base import Doc, Outcome, Rule
 
 STOP_WORDS = {"the", "be", "to", "of", "and", "that", "have", "with"}
@@ -19,7 +19,7 @@ class GopherQualityRule(Rule):
     channels = ("en",)
 
     def evaluate(self, doc: Doc) -> Outcome:
-        s, f, out = self.settings, doc.feats, Outcome(self.name)
+        s, f, out = self.settings, doc.prose, Outcome(self.name)
         words, n_tokens = f.words, max(len(f.tokens), 1)
         out.check("n_words", len(words), len(words) >= s.min_doc_words, "gopher_short_doc")
         out.check("n_words", len(words), len(words) <= s.max_doc_words, "gopher_long_doc")
@@ -47,7 +47,7 @@ class GopherRepetitionRule(Rule):
     channels = ("en",)
 
     def evaluate(self, doc: Doc) -> Outcome:
-        s, f, out = self.settings, doc.feats, Outcome(self.name)
+        s, f, out = self.settings, doc.prose, Outcome(self.name)
         n_chars = max(f.n_chars, 1)
         dup, dup_chars = find_duplicates(f.paragraphs)
         out.check("dup_para_frac", dup / max(len(f.paragraphs), 1), dup / max(len(f.paragraphs), 1) <= s.dup_para_frac)
@@ -68,17 +68,33 @@ class GopherRepetitionRule(Rule):
 
 def c4_filter_lines(text: str, s) -> tuple[str, dict[str, int]]:
     """C4's line filters: returns the kept text and how many lines each filter removed. A hard-wrapped
-    paragraph is judged as the one line it would be on a web page, and kept with its line breaks."""
-    kept, removed = [], {"no_terminal_punct": 0, "few_words": 0, "long_word": 0, "javascript": 0, "policy": 0}
-    for lines in logical_lines(text, s.join_wrapped_lines):
+    paragraph is judged as the one line it would be on a web page, and kept with its line breaks; a Markdown
+    fenced code block is code, not lines of prose, and is kept as it is (`keep_fenced_code`), with the line that
+    leads into it ("Run it with:")."""
+    removed = {"no_terminal_punct": 0, "few_words": 0, "long_word": 0, "javascript": 0, "policy": 0}
+    if not s.keep_fenced_code:
+        return prose_lines_kept(text, s, removed), removed
+    blocks = fenced_blocks(text)
+    kept = [block if is_code else prose_lines_kept(block, s, removed, leads_into_code=k + 1 < len(blocks))
+            for k, (is_code, block) in enumerate(blocks)]
+    return "\n".join(block for block in kept if block), removed
+
+
+def prose_lines_kept(text: str, s, removed: dict[str, int], leads_into_code: bool = False) -> str:
+    """The lines of `text` that pass C4's line filters; what each filter removed is added to `removed`."""
+    kept = []
+    groups = logical_lines(text, s.join_wrapped_lines)
+    for k, lines in enumerate(groups):
         if s.remove_citations:
             lines = [_CITATION.sub("", line) for line in lines]
-        failed = c4_line_failure(" ".join(lines), s)
+        line = " ".join(lines)
+        lead_in = leads_into_code and k == len(groups) - 1 and line.endswith(":")
+        failed = c4_line_failure(line[:-1] + "." if lead_in else line, s)
         if failed:
             removed[failed] += len(lines)
         else:
             kept.extend(lines)
-    return "\n".join(kept), removed
+    return "\n".join(kept)
 
 
 def c4_line_failure(line: str, s) -> str | None:
@@ -111,7 +127,7 @@ class C4Rule(Rule):
         return c4_filter_lines(text, self.settings) if self.mode == "drop" else (text, {})
 
     def evaluate(self, doc: Doc) -> Outcome:
-        s, f, out = self.settings, doc.feats, Outcome(self.name)
+        s, f, out = self.settings, doc.prose, Outcome(self.name)
         sentences = sum(max(1, len(_SENTENCE_END.findall(line))) for line in f.lines)
         out.check("sentences", sentences, sentences >= s.min_num_sentences, "c4_too_few_sentences")
         lower = f.text.lower()
@@ -127,7 +143,7 @@ class FineWebRule(Rule):
     channels = ("en",)
 
     def evaluate(self, doc: Doc) -> Outcome:
-        s, f, out = self.settings, doc.feats, Outcome(self.name)
+        s, f, out = self.settings, doc.prose, Outcome(self.name)
         lines = f.logical_lines if s.join_wrapped_lines else [line for line in f.raw_lines if line.strip()]
         n_lines = max(len(lines), 1)
         punct = sum(line.endswith(TERMINAL_PUNCT) for line in lines) / n_lines

@@ -4,7 +4,8 @@ import pytest
 from pretrain.config import NormalizeConfig, RulesConfig
 from tasks.clean.channel import detect_channel
 from tasks.clean.features import (DocFeatures, doubled_span, dup_char_ngram_chars, dup_ngram_chars,
-                                  dup_sentence_chars, find_duplicates, top_ngram_chars)
+                                  dup_sentence_chars, fenced_blocks, find_duplicates, top_ngram_chars,
+                                  without_fenced_code)
 from tasks.clean.normalize import normalize_text, to_simplified
 from tasks.clean.rules import Doc, build_rules, judge_rules
 from tasks.clean.rules.dirty import DomainBlocklist, Lexicon, PatternSet, builtin_paths
@@ -158,6 +159,38 @@ def test_a_menu_is_not_joined_by_the_verse_rule():
     assert kept == EN_GOOD and removed["no_terminal_punct"] == 4
 
 
+MARKDOWN_PAGE = EN_GOOD + "\n\nStart the keeper's clock with this script:\n```python\nclock = {\"wound\": True}\n" \
+    "for hour in range(24)\n    ring(clock)\n```\nThe bell rings every hour after that."
+
+
+def test_fenced_code_is_kept_as_it_is_and_set_aside_when_the_page_is_judged():
+    from pretrain.config import CleanConfig, SourceConfig
+    from tasks.clean.judge import Cleaner
+    from tasks.clean.readers import RawDoc
+
+    kept, removed = c4_filter_lines(MARKDOWN_PAGE, RulesConfig().c4)
+    # the code as it is, and the line that leads into it
+    assert "script:\n```python\nclock = {" in kept and "    ring(clock)\n```" in kept
+    assert sum(removed.values()) == 0
+
+    def judged(**c4):
+        cfg = CleanConfig(sources=[SourceConfig(path="unused.jsonl")], rules={"c4": c4})
+        return Cleaner(cfg).judge(RawDoc("a", MARKDOWN_PAGE, "docs", None))
+    verdict = judged()
+    assert verdict.failure is None and verdict.text == MARKDOWN_PAGE.replace("\n\n", "\n")  # C4 keeps no blank line
+    assert "\n    ring(clock)" in verdict.text  # normalization keeps code's indentation
+    # judged as prose, as C4 did: every line of the code is cut (none ends a sentence), and the lead-in
+    verdict = judged(keep_fenced_code=False)
+    assert "ring(clock)" not in verdict.text and "clock = {" not in verdict.text and "script:" not in verdict.text
+
+
+def test_fenced_blocks_split_code_from_prose_and_an_unclosed_fence_runs_to_the_end():
+    text = "Intro.\n```\ncode()\n```\nMiddle.\n~~~sh\nrun"
+    assert fenced_blocks(text) == [(False, "Intro."), (True, "```\ncode()\n```"), (False, "Middle."),
+                                   (True, "~~~sh\nrun")]
+    assert without_fenced_code(text) == "Intro.\nMiddle." and without_fenced_code("No code.") == "No code."
+
+
 def test_c4_edits_the_text_before_it_is_judged_and_names_an_emptied_document():
     from pretrain.config import CleanConfig, SourceConfig
     from tasks.clean.readers import RawDoc
@@ -302,6 +335,9 @@ def test_normalization_steps():
     assert normalize_text("cafÃ©", NormalizeConfig(fix_mojibake=False))[0] == "cafÃ©"
     assert normalize_text("ｆｕｌｌ", NormalizeConfig(unicode_form="NFKC"))[0] == "full"
     assert normalize_text("def f():\r\n    return 1  \n", keep_indentation=True)[0] == "def f():\n    return 1"
+    # a Markdown page's fenced code keeps its indentation, its prose does not keep runs of spaces
+    page = "  Call   it:\n```\ndef f():\n    return 1  \n```\n  Done.  "
+    assert normalize_text(page)[0] == "Call it:\n```\ndef f():\n    return 1\n```\nDone."
     assert to_simplified("漢字轉換測試") == "汉字转换测试"
 
 

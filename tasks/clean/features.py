@@ -32,21 +32,35 @@ C4_END_PUNCT = (".", "?", "!", '"', "'")
 CLAUSE_PUNCT = (",", ";", ":")
 
 
+# e-mail and plain text are wrapped at 72-80 columns; a line at least WRAPPED_LINE_CHARS long that stops
+# mid-sentence in such a text was broken by the wrap, whatever the next line starts with ("I", a name)
+WRAP_WIDTH, WRAPPED_LINE_CHARS, MIN_WRAPPED_LINES = 80, 50, 3
+
+
 def logical_lines(text: str, join_wrapped: bool) -> list[list[str]]:
     """The stripped non-empty lines, grouped into the lines a web page would show: a line that has not ended its
     sentence is continued by the next when that one starts in lower case (e-mail, Markdown and plain-text books
-    wrap at a width) or when it ends in a comma, semicolon or colon (verse, a speaker's name above the speech,
-    a lead-in); a blank line ends a group. Web text, one paragraph a line, is left as it is."""
+    wrap at a width), when it ends in a comma, semicolon or colon (verse, a speaker's name above the speech,
+    a lead-in), or when the text is hard-wrapped and the line runs close to the width; a blank line ends a
+    group. Web text, one paragraph a line, is left as it is."""
+    lines = [line.strip() for line in text.split("\n")]
+    wrapped = join_wrapped and hard_wrapped(lines)
     groups: list[list[str]] = []
     previous = ""
-    for line in text.split("\n"):
-        line = line.strip()
-        if line and join_wrapped and previous and continues(previous, line):
+    for line in lines:
+        if line and join_wrapped and previous and continues(previous, line, wrapped):
             groups[-1].append(line)
         elif line:
             groups.append([line])
         previous = line
     return groups
+
+
+def hard_wrapped(lines: list[str]) -> bool:
+    """No line past the wrap width, and enough lines near it: text wrapped at a width, not one paragraph a line."""
+    lengths = [len(line) for line in lines if line]
+    return bool(lengths) and max(lengths) <= WRAP_WIDTH and \
+        sum(n >= WRAPPED_LINE_CHARS for n in lengths) >= MIN_WRAPPED_LINES
 
 
 def fenced_blocks(text: str) -> list[tuple[bool, str]]:
@@ -78,10 +92,10 @@ def without_fenced_code(text: str) -> str:
     return "\n".join(block for is_code, block in fenced_blocks(text) if not is_code)
 
 
-def continues(previous: str, line: str) -> bool:
+def continues(previous: str, line: str, wrapped: bool) -> bool:
     if previous.endswith(C4_END_PUNCT):
         return False
-    return line[0].islower() or previous.endswith(CLAUSE_PUNCT)
+    return line[0].islower() or previous.endswith(CLAUSE_PUNCT) or (wrapped and len(previous) >= WRAPPED_LINE_CHARS)
 
 
 def find_duplicates(items: list[str]) -> tuple[int, int]:

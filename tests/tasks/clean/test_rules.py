@@ -122,6 +122,21 @@ def test_c4_judges_a_hard_wrapped_paragraph_as_one_line_and_keeps_its_breaks():
     assert kept == EN_GOOD
 
 
+def test_in_hard_wrapped_text_a_line_near_the_width_continues_whatever_the_next_starts_with():
+    # wrapped at 72 columns, a break before "I" and before a name: the case rule alone cuts both sentences
+    mail = ("Thanks for the numbers. I looked at the second run again last night, and\n"
+            "I think the slowdown comes from the new loader rather than from the model\n"
+            "itself. The profile shows the same thing on the machine that belongs to\n"
+            "Maria, so we should move the loader back before Thursday.")
+    kept, removed = c4_filter_lines(mail, RulesConfig().c4)
+    assert kept == mail and sum(removed.values()) == 0
+    # one paragraph a line, as web text comes: a line past the width says the text is not wrapped, and a title
+    # that stops mid-sentence is not joined to the paragraph under it
+    page = "Loader changes in the second run of the nightly benchmark suite\n" + mail.replace("\n", " ")
+    kept, removed = c4_filter_lines(page, RulesConfig().c4)
+    assert kept == mail.replace("\n", " ") and removed["no_terminal_punct"] == 1
+
+
 # a scene as plays are printed: the speaker's name on a line of its own, short lines of verse, names that recur
 PLAY_SCENE = "\n".join([
     "KEEPER:", "The lamp is lit, the tide is turning fast,", "And every boat is safe within the bay.",

@@ -1,9 +1,13 @@
 """Channel tagging: zh / en / code, from script ratios, code signals and py3langid."""
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 
 from tasks.clean.features import DocFeatures
+
+# markup is no language: HTML tags and entities, a Markdown link's or image's target, a bare URL
+_MARKUP = re.compile(r"<[^<>\n]{1,300}>|&[a-z]+;|\]\([^()\s]*\)|https?://\S+")
 
 
 @lru_cache(maxsize=1)
@@ -19,6 +23,7 @@ def detect_channel(feats: DocFeatures, hint: str | None = None) -> str:
         return hint
     if feats.code_line_ratio >= 0.3 and len(feats.lines) >= 3:
         return "code"
+    feats = without_markup(feats)
     if feats.cjk_ratio >= 0.2:
         return "zh"
     lang, _ = _langid().classify(feats.text[:2000])
@@ -27,3 +32,11 @@ def detect_channel(feats: DocFeatures, hint: str | None = None) -> str:
     if lang in ("zh", "ja") and feats.cjk_ratio > 0.05:
         return "zh"
     return "other"
+
+
+def without_markup(feats: DocFeatures) -> DocFeatures:
+    """The features of the text the reader sees: a Chinese page whose HTML and link targets outweigh its
+    characters is still Chinese."""
+    if "<" not in feats.text and "](" not in feats.text and "://" not in feats.text and "&" not in feats.text:
+        return feats
+    return DocFeatures(_MARKUP.sub(" ", feats.text))

@@ -361,3 +361,13 @@ def test_channels():
     assert detect_channel(DocFeatures(EN_GOOD)) == "en"
     assert detect_channel(DocFeatures(CODE_GOOD)) == "code"
     assert detect_channel(DocFeatures("Der schnelle braune Fuchs springt über den faulen Hund und läuft weg.")) == "other"
+
+
+def test_markup_is_no_language_when_the_channel_is_told():
+    # a Chinese blog's opening: more characters of HTML, image paths and link targets than of Chinese
+    page = ("# 训练超长序列模型的系统优化\n<div align=\"center\">\n<img src=\"../media/hero-figure-light.png\" "
+            "width=\"780px\" />\n<img src=\"../media/hero-figure-dark.png\" width=\"820px\" />\n</div>\n"
+            "本文介绍[序列并行](https://www.deepspeed.ai/tutorials/ds-sequence/sequence-parallelism-overview)的设计与实现。")
+    assert DocFeatures(page).cjk_ratio < 0.2  # what the channel was told from before
+    assert detect_channel(DocFeatures(page)) == "zh"
+    assert detect_channel(DocFeatures("See <b>the</b> [docs](https://example.org/a/b) for " + EN_GOOD)) == "en"

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 
-from tasks.clean.features import (C4_END_PUNCT, TERMINAL_PUNCT, dup_ngram_chars, fenced_blocks, find_duplicates,
+from tasks.clean.features import (C4_END_PUNCT, DocFeatures, TERMINAL_PUNCT, dup_ngram_chars, fenced_blocks, find_duplicates,
                                     logical_lines, top_ngram_chars)
 from tasks.clean.rules.base import Doc, Outcome, Rule
 
@@ -128,7 +128,7 @@ class C4Rule(Rule):
 
     def evaluate(self, doc: Doc) -> Outcome:
         s, f, out = self.settings, doc.prose, Outcome(self.name)
-        sentences = sum(max(1, len(_SENTENCE_END.findall(line))) for line in f.lines)
+        sentences = sentence_count(f)
         out.check("sentences", sentences, sentences >= s.min_num_sentences, "c4_too_few_sentences")
         lower = f.text.lower()
         if s.reject_lorem_ipsum:
@@ -136,6 +136,11 @@ class C4Rule(Rule):
         if s.reject_curly_bracket:
             out.check("curly_bracket", "{" in f.text, "{" not in f.text, "c4_curly_bracket")
         return out
+
+
+def sentence_count(f: DocFeatures) -> int:
+    """C4's count: the sentence ends of each line, a line without one counting as one."""
+    return sum(max(1, len(_SENTENCE_END.findall(line))) for line in f.lines)
 
 
 class FineWebRule(Rule):

@@ -28,6 +28,8 @@ _WHITESPACE = (" ", "\n", "\t", "\r", "\u3000", "\xa0")
 _MOJIBAKE = re.compile(r"Ã[\u0080-\u00bf]|Â[\u0080-\u00bf]|â€[\u0080-\u00bf™œž\u201a-\u201e\u2020-\u2022\u2026]|ï¿½|æ[\u0080-\u00bf][\u0080-\u00bf]")
 TERMINAL_PUNCT = (".", "?", "!", '"', "'", "。", "！", "？", "”", "…")
 C4_END_PUNCT = (".", "?", "!", '"', "'")
+# informal text (e-mail, chat, forums) ends a sentence with a smiley as often as with a full stop
+_SMILEY_END = re.compile(r"[:;]-?[)(DPp]+$")
 # a line ending in one of these has not ended its sentence: a verse line, a speaker's name, a lead-in
 CLAUSE_PUNCT = (",", ";", ":")
 
@@ -92,8 +94,13 @@ def without_fenced_code(text: str) -> str:
     return "\n".join(block for is_code, block in fenced_blocks(text) if not is_code)
 
 
+def ends_sentence(line: str) -> bool:
+    """C4's terminal punctuation, or a smiley."""
+    return line.endswith(C4_END_PUNCT) or _SMILEY_END.search(line) is not None
+
+
 def continues(previous: str, line: str, wrapped: bool) -> bool:
-    if previous.endswith(C4_END_PUNCT):
+    if ends_sentence(previous):
         return False
     return line[0].islower() or previous.endswith(CLAUSE_PUNCT) or (wrapped and len(previous) >= WRAPPED_LINE_CHARS)
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import re
 
-from tasks.clean.features import (C4_END_PUNCT, DocFeatures, TERMINAL_PUNCT, dup_ngram_chars, fenced_blocks, find_duplicates,
-                                    logical_lines, top_ngram_chars)
+from tasks.clean.features import (DocFeatures, TERMINAL_PUNCT, dup_ngram_chars, ends_sentence, fenced_blocks,
+                                    find_duplicates, logical_lines, top_ngram_chars)
 from tasks.clean.rules.base import Doc, Outcome, Rule
 
 STOP_WORDS = {"the", "be", "to", "of", "and", "that", "have", "with"}
@@ -101,7 +101,7 @@ def c4_line_failure(line: str, s) -> str | None:
     words = line.split()
     if any(len(w) > s.max_word_length for w in words):
         return "long_word"
-    if s.drop_lines_without_terminal_punct and (not line.endswith(C4_END_PUNCT) or line.endswith("...")):
+    if s.drop_lines_without_terminal_punct and (not ends_sentence(line) or line.endswith("...")):
         return "no_terminal_punct"
     if len(words) < s.min_words_per_line:
         return "few_words"

@@ -122,6 +122,15 @@ def test_c4_judges_a_hard_wrapped_paragraph_as_one_line_and_keeps_its_breaks():
     assert kept == EN_GOOD
 
 
+def test_a_smiley_ends_a_sentence():
+    text = "Thanks, the new build works on my laptop too :-)\nI owe you a coffee for that one ;)\n" + EN_GOOD
+    kept, removed = c4_filter_lines(text, RulesConfig().c4)
+    assert kept == text and sum(removed.values()) == 0
+    # a line that ends in a colon or a word is still no sentence
+    kept, removed = c4_filter_lines("Contact us at the office\n" + EN_GOOD, RulesConfig().c4)
+    assert kept == EN_GOOD and removed["no_terminal_punct"] == 1
+
+
 def test_in_hard_wrapped_text_a_line_near_the_width_continues_whatever_the_next_starts_with():
     # wrapped at 72 columns, a break before "I" and before a name: the case rule alone cuts both sentences
     mail = ("Thanks for the numbers. I looked at the second run again last night, and\n"

@@ -113,6 +113,9 @@ class C4Settings(Strict):
     min_num_sentences: int = 5
     reject_lorem_ipsum: bool = True
     reject_curly_bracket: bool = True
+    max_curly_bracket_lines: float = Field(0.1, ge=0, le=1, description="the share of lines with a curly bracket "
+                                           "above which a page is rejected as code or template spill (outside "
+                                           "Markdown fences); 0: any bracket rejects it, as C4 did")
 
 
 class FineWebSettings(Strict):

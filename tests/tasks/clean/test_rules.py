@@ -122,6 +122,17 @@ def test_c4_judges_a_hard_wrapped_paragraph_as_one_line_and_keeps_its_breaks():
     assert kept == EN_GOOD
 
 
+def test_one_curly_bracket_in_a_page_of_prose_is_no_code_but_a_page_of_them_is():
+    sentences = [s.rstrip(".") + "." for s in EN_GOOD.split(". ") if s]
+    page = "\n".join(sentences * 3 + ["You can write the set as {1, 2, 3} in the notes."])  # 1 line of 16
+    repeats_allowed = {"gopher_repetition": {"mode": "off"}, "fineweb": {"mode": "off"}}
+    assert reason(page, "en", **repeats_allowed) is None
+    # C4's own rule: any bracket
+    assert reason(page, "en", c4={"max_curly_bracket_lines": 0}, **repeats_allowed) == "c4_curly_bracket"
+    spilled = "\n".join(sentences + ["function f() { return 1; }.", "if (x) { y(); }."])  # 2 lines of 7
+    assert reason(spilled, "en") == "c4_curly_bracket"
+
+
 def test_a_smiley_ends_a_sentence():
     text = "Thanks, the new build works on my laptop too :-)\nI owe you a coffee for that one ;)\n" + EN_GOOD
     kept, removed = c4_filter_lines(text, RulesConfig().c4)

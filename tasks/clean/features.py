@@ -30,6 +30,7 @@ TERMINAL_PUNCT = (".", "?", "!", '"', "'", "。", "！", "？", "”", "…")
 C4_END_PUNCT = (".", "?", "!", '"', "'")
 # informal text (e-mail, chat, forums) ends a sentence with a smiley as often as with a full stop
 _SMILEY_END = re.compile(r"[:;]-?[)(DPp]+$")
+_SMILEY_MOUTHS = frozenset(")(DPp")
 # a line ending in one of these has not ended its sentence: a verse line, a speaker's name, a lead-in
 CLAUSE_PUNCT = (",", ";", ":")
 
@@ -96,7 +97,7 @@ def without_fenced_code(text: str) -> str:
 
 def ends_sentence(line: str) -> bool:
     """C4's terminal punctuation, or a smiley."""
-    return line.endswith(C4_END_PUNCT) or _SMILEY_END.search(line) is not None
+    return line.endswith(C4_END_PUNCT) or (line[-1:] in _SMILEY_MOUTHS and _SMILEY_END.search(line) is not None)
 
 
 def continues(previous: str, line: str, wrapped: bool) -> bool:

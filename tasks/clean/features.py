@@ -31,6 +31,8 @@ C4_END_PUNCT = (".", "?", "!", '"', "'")
 # informal text (e-mail, chat, forums) ends a sentence with a smiley as often as with a full stop
 _SMILEY_END = re.compile(r"[:;]-?[)(DPp]+$")
 _SMILEY_MOUTHS = frozenset(")(DPp")
+# a list item starts a line of its own, whatever the line above it ends with ("the steps are:")
+_LIST_ITEM = re.compile(r"(?:[-*+•]|\d{1,3}[.)])\s")
 # a line ending in one of these has not ended its sentence: a verse line, a speaker's name, a lead-in
 CLAUSE_PUNCT = (",", ";", ":")
 
@@ -44,8 +46,8 @@ def logical_lines(text: str, join_wrapped: bool) -> list[list[str]]:
     """The stripped non-empty lines, grouped into the lines a web page would show: a line that has not ended its
     sentence is continued by the next when that one starts in lower case (e-mail, Markdown and plain-text books
     wrap at a width), when it ends in a comma, semicolon or colon (verse, a speaker's name above the speech,
-    a lead-in), or when the text is hard-wrapped and the line runs close to the width; a blank line ends a
-    group. Web text, one paragraph a line, is left as it is."""
+    a lead-in), or when the text is hard-wrapped and the line runs close to the width; a blank line or a list
+    item ends a group. Web text, one paragraph a line, is left as it is."""
     lines = [line.strip() for line in text.split("\n")]
     wrapped = join_wrapped and hard_wrapped(lines)
     groups: list[list[str]] = []
@@ -101,7 +103,7 @@ def ends_sentence(line: str) -> bool:
 
 
 def continues(previous: str, line: str, wrapped: bool) -> bool:
-    if ends_sentence(previous):
+    if ends_sentence(previous) or _LIST_ITEM.match(line):
         return False
     return line[0].islower() or previous.endswith(CLAUSE_PUNCT) or (wrapped and len(previous) >= WRAPPED_LINE_CHARS)
 

@@ -194,6 +194,14 @@ def test_a_menu_is_not_joined_by_the_verse_rule():
     assert kept == EN_GOOD and removed["no_terminal_punct"] == 4
 
 
+def test_a_list_item_is_not_joined_to_the_lead_in_above_it():
+    # joined, the lead-in and the item would be judged as one line ending in the item's last word
+    steps = "To wind the keeper's clock, you will need these steps:\n1. Open the case and find the key.\n" \
+        "- Turn the key seven times, slowly and evenly."
+    kept, removed = c4_filter_lines(steps, RulesConfig().c4)
+    assert kept == steps.split("\n", 1)[1] and removed["no_terminal_punct"] == 1
+
+
 MARKDOWN_PAGE = EN_GOOD + "\n\nStart the keeper's clock with this script:\n```python\nclock = {\"wound\": True}\n" \
     "for hour in range(24)\n    ring(clock)\n```\nThe bell rings every hour after that."
 

@@ -13,6 +13,8 @@ _CJK_RUN = re.compile(f"[{_CJK}]+")
 # digits (a word); kana one by one, so that Japanese does not pass for Chinese
 _SYLLABIC = "\u3040-\u30ff\u31f0-\u31ff\uac00-\ud7af"
 _TEXT_UNIT = re.compile(f"[{_CJK}{_SYLLABIC}]|[^\\W{_CJK}{_SYLLABIC}]+")
+# a line that only draws: a Markdown table's rule row, a horizontal rule
+_LAYOUT_LINE = re.compile(r"^[ \t|:+=*_~-]*(?:--|==)[ \t|:+=*_~-]*$", re.M)
 # a Chinese sentence or clause (so a repeated sentence is found inside a line too)
 _ZH_SENTENCE = re.compile(r"[^。！？；!?;\n]+[。！？；!?;]?")
 _TOKEN = re.compile(r"\w+(?:['’]\w+)*|[^\w\s]")
@@ -231,8 +233,10 @@ class DocFeatures:
 
     @cached_property
     def compact(self) -> str:
-        """The text without whitespace: the unit string of character n-gram rules."""
-        return "".join(self.text.split())
+        """The text without whitespace and without layout lines (a Markdown table's rule row, a horizontal
+        rule): the unit string of character n-gram rules. A table's `|---|---|` is drawing, not repeated text."""
+        text = _LAYOUT_LINE.sub("", self.text) if "--" in self.text or "==" in self.text else self.text
+        return "".join(text.split())
 
     @cached_property
     def raw_lines(self) -> list[str]:

@@ -13,8 +13,9 @@ Every held-out document goes through the clean stage as `pretrain clean` runs it
 dedup off (copies are not what is measured), one source per genre, and again with the dirty rule's classifier
 learned from the tune halves of the shared labeled sets (`clean.rules.dirty.classifier_examples`, as
 docs/clean.md tells a user to). A document is removed by the first rule that rejected it (the clean stage's
-reject record). Documents under a length minimum as read are counted apart: `clean.rules.length.min_chars`, and
-for English prose Gopher's `min_doc_words` (50) and C4's `min_num_sentences` (5), judged on the normalized text
+reject record). Documents under a length minimum as read are counted apart: `clean.rules.length.min_chars`, for
+Chinese the Chinese rule's `min_cjk_chars` (20), for English prose Gopher's `min_doc_words` (50) and C4's
+`min_num_sentences` (5), judged on the normalized text
 before any rule's edit (a document that C4's line filters cut below them counts against the rules). They say how
 the genre was cut, not how the rules judge text; the table shows the share of all documents kept beside the
 share of the others. Beside the documents kept, the share of the judged characters that the kept documents still
@@ -131,12 +132,17 @@ def rows_by_document(folder: Path, names: list[str], columns: list[str]):
 
 def under_length_minimum(text: str, rules: RulesConfig) -> bool:
     """Whether the document as read (normalized, before any rule's edit) is under a length minimum of the rules:
-    `length.min_chars`, and for English prose (a Markdown page's fenced code set aside, as the rules do) Gopher's
-    `min_doc_words` and C4's `min_num_sentences` (a line without a sentence end counts as one)."""
+    `length.min_chars`, for Chinese `chinese.min_cjk_chars` (a section that is a heading and its images), and for
+    English prose (a Markdown page's fenced code set aside, as the rules do) Gopher's `min_doc_words` and C4's
+    `min_num_sentences` (a line without a sentence end counts as one)."""
     text, _ = normalize_text(text)
     if len(text) < rules.length.min_chars:
         return True
-    if detect_channel(DocFeatures(text)) != "en":
+    feats = DocFeatures(text)
+    channel = detect_channel(feats)
+    if channel == "zh":
+        return feats.n_cjk < rules.chinese.min_cjk_chars
+    if channel != "en":
         return False
     prose = DocFeatures(without_fenced_code(text))
     return len(prose.words) < rules.gopher_quality.min_doc_words or sentence_count(prose) < rules.c4.min_num_sentences
@@ -201,8 +207,8 @@ def report(args, genres: dict, texts: dict, plain: dict, kept_chars: dict, with_
           f"with the classifier learned from the shared labeled tune halves")
     print("'text' = characters of the kept documents after the rules' edits (C4 removes lines), of all the judged "
           "(not short)")
-    print("'short' = under a length minimum as read (length.min_chars; English prose: Gopher's 50 words, C4's 5 "
-          "sentences); 'all' = kept of every document, 'kept' = of the others (the target)")
+    print("'short' = under a length minimum as read (length.min_chars; Chinese: 20 CJK characters; English prose: "
+          "Gopher's 50 words, C4's 5 sentences); 'all' = kept of every document, 'kept' = of the others (the target)")
     print(f"{'genre':<58} {'docs':>6} {'copies':>6} {'short':>6} {'all':>7} {'kept':>7} {'text':>7} "
           f"{'removed by the rules':>22}  {'dirty +clf':>22}  target  rules that removed most")
     results = [genre_row(name, source, texts[name], plain[name], kept_chars[name], with_classifier[name], copies)

@@ -1,0 +1,21 @@
+"""What the genre benchmark counts apart as short: the rules' own length minimums, judged on the text as read."""
+from benchmarks.genre_keep import under_length_minimum
+from pretrain.config import RulesConfig
+
+ZH_PROSE = ("清晨的菜市场总是最热闹的地方。卖豆腐的阿姨把刚做好的豆腐摆在木板上，冒着淡淡的热气；隔壁的鱼摊老板一边吆喝，"
+            "一边熟练地刮着鳞片。")
+# a blog's section as the Markdown splitter cuts it: a heading and its pictures, 13 Chinese characters
+ZH_HEADING_AND_IMAGES = ("# DeepSpeed-FastGen：通过 MII 和 DeepSpeed-Inference 实现 LLM 高吞吐量文本生成\n\n"
+                         "<div align=\"center\">\n <img src=\"../assets/images/fastgen-hero-light.png\" width=\"850px\">\n"
+                         " <img src=\"../assets/images/fastgen-hero-dark.png\" width=\"850px\">\n</div>")
+EN_MAIL = ("Is there a way to look for a particular file or directory in hundreds of zip files? Something like zgrep "
+           "but for the file name instead of a word. Thanks, Justin.")
+
+
+def test_the_rules_minimums_decide_what_is_short():
+    rules = RulesConfig()
+    assert under_length_minimum(ZH_HEADING_AND_IMAGES, rules)  # 13 CJK characters: under chinese.min_cjk_chars
+    assert not under_length_minimum(ZH_PROSE, rules)
+    assert under_length_minimum(EN_MAIL, rules)  # 29 words, 3 sentences
+    assert not under_length_minimum(" ".join([EN_MAIL] * 2), rules)  # 58 words, 6 sentences
+    assert not under_length_minimum(ZH_HEADING_AND_IMAGES, RulesConfig(chinese={"min_cjk_chars": 10}))

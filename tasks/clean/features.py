@@ -35,6 +35,8 @@ _SMILEY_END = re.compile(r"[:;]-?[)(DPp]+$")
 _SMILEY_MOUTHS = frozenset(")(DPp")
 # a list item starts a line of its own, whatever the line above it ends with ("the steps are:")
 _LIST_ITEM = re.compile(r"(?:[-*+•]|\d{1,3}[.)])\s")
+# the marks of a quoted e-mail reply, one per depth
+_QUOTE = re.compile(r">(?:[ \t]?>)*[ \t]?")
 # a line ending in one of these has not ended its sentence: a verse line, a speaker's name, a lead-in
 CLAUSE_PUNCT = (",", ";", ":")
 
@@ -42,6 +44,8 @@ CLAUSE_PUNCT = (",", ";", ":")
 # e-mail and plain text are wrapped at 72-80 columns; a line at least WRAPPED_LINE_CHARS long that stops
 # mid-sentence in such a text was broken by the wrap, whatever the next line starts with ("I", a name)
 WRAP_WIDTH, WRAPPED_LINE_CHARS, MIN_WRAPPED_LINES = 80, 50, 3
+# a log line, a URL or a pasted table runs past the width of a wrapped message; one in ten lines may
+MAX_SHARE_OVER_WIDTH = 0.1
 
 
 def logical_lines(text: str, join_wrapped: bool) -> list[list[str]]:
@@ -64,10 +68,12 @@ def logical_lines(text: str, join_wrapped: bool) -> list[list[str]]:
 
 
 def hard_wrapped(lines: list[str]) -> bool:
-    """No line past the wrap width, and enough lines near it: text wrapped at a width, not one paragraph a line."""
+    """Few lines past the wrap width, and enough lines near it: text wrapped at a width, not one paragraph a
+    line."""
     lengths = [len(line) for line in lines if line]
-    return bool(lengths) and max(lengths) <= WRAP_WIDTH and \
-        sum(n >= WRAPPED_LINE_CHARS for n in lengths) >= MIN_WRAPPED_LINES
+    over = sum(n > WRAP_WIDTH for n in lengths)
+    return over <= MAX_SHARE_OVER_WIDTH * len(lengths) and \
+        sum(WRAPPED_LINE_CHARS <= n <= WRAP_WIDTH for n in lengths) >= MIN_WRAPPED_LINES
 
 
 def fenced_blocks(text: str) -> list[tuple[bool, str]]:
@@ -100,13 +106,26 @@ def without_fenced_code(text: str) -> str:
 
 
 def ends_sentence(line: str) -> bool:
-    """C4's terminal punctuation, or a smiley."""
-    return line.endswith(C4_END_PUNCT) or (line[-1:] in _SMILEY_MOUTHS and _SMILEY_END.search(line) is not None)
+    """C4's terminal punctuation (also inside a closing bracket), or a smiley."""
+    if line.endswith(C4_END_PUNCT):
+        return True
+    if line[-1:] in _SMILEY_MOUTHS and _SMILEY_END.search(line) is not None:
+        return True
+    # an aside in brackets is a sentence too: "(I hope so.)"
+    return line[-1:] in ")]" and line.rstrip(")]").endswith(C4_END_PUNCT)
 
 
 def continues(previous: str, line: str, wrapped: bool) -> bool:
     if ends_sentence(previous) or _LIST_ITEM.match(line):
         return False
+    if line[0] == ">" or previous[0] == ">":
+        # a quoted reply continues only at its own depth: "> > the quoted text\n> > wrapped here"
+        quote = _QUOTE.match(previous)
+        if quote is None or not line.startswith(quote.group()) or _QUOTE.match(line).end() != quote.end():
+            return False
+        line = line[quote.end():]
+        if not line:
+            return False
     return line[0].islower() or previous.endswith(CLAUSE_PUNCT) or (wrapped and len(previous) >= WRAPPED_LINE_CHARS)
 
 

@@ -157,6 +157,33 @@ def test_in_hard_wrapped_text_a_line_near_the_width_continues_whatever_the_next_
     assert kept == mail.replace("\n", " ") and removed["no_terminal_punct"] == 1
 
 
+def test_a_long_line_or_two_does_not_unwrap_a_wrapped_message():
+    mail = ("Thanks for the numbers. I looked at the second run again last night, and\n"
+            "I think the slowdown comes from the new loader rather than from the model\n"
+            "itself. The profile shows the same thing on the machine that belongs to\n"
+            "Maria, so we should move the loader back before Thursday.")
+    log = "loader: read 4096 records from /data/shards/part-00017.parquet in 912 ms (4.5 MB/s, 3 retries)"
+    message = f"{mail}\n\n{mail}\n\n{log}\n\n{mail}"  # 1 line of 13 past 80 columns
+    kept, removed = c4_filter_lines(message, RulesConfig().c4)
+    assert kept == f"{mail}\n{mail}\n{mail}" and removed["no_terminal_punct"] == 1
+
+
+def test_a_quoted_reply_is_joined_at_its_own_depth():
+    reply = ("> > Catch-up is extremely slow on large sequences since the last update, and\n"
+             "> > nobody knows why.\n"
+             "> the reader is\n"
+             "Okay, this fix is now checked in.")
+    kept, removed = c4_filter_lines(reply, RulesConfig().c4)
+    # a quoted line continues at its own depth; a line at another depth is someone else's
+    assert kept == "\n".join(reply.split("\n")[:2] + reply.split("\n")[3:]) and removed["no_terminal_punct"] == 1
+
+
+def test_a_sentence_in_brackets_ends_a_line():
+    text = EN_GOOD + "\n(The keeper retired in 1952, when the light was automated.)\n(see the photographs)"
+    kept, removed = c4_filter_lines(text, RulesConfig().c4)
+    assert kept == text.rsplit("\n", 1)[0] and removed["no_terminal_punct"] == 1
+
+
 # a scene as plays are printed: the speaker's name on a line of its own, short lines of verse, names that recur
 PLAY_SCENE = "\n".join([
     "KEEPER:", "The lamp is lit, the tide is turning fast,", "And every boat is safe within the bay.",

@@ -75,12 +75,13 @@ def load_genre(source: Source, data: Path | None, corpora: Path) -> tuple[list[s
     return halves(list(source.read(files)))
 
 
-def labeled_halves(data: Path | None, corpora: Path) -> tuple[dict[str, list], dict[str, list[tuple[bool, str]]]]:
-    """(tune rows of the shared labeled sets: what the classifier learns from, held-out rows of every set)."""
-    tune, held = {}, {}
+def labeled_halves(data: Path | None, corpora: Path) -> tuple[dict[str, list], dict[str, list], dict[str, list]]:
+    """(tune rows of the shared labeled sets: what the classifier learns from, tune rows of every set, held-out
+    rows of every set)."""
+    examples, tune, held = {}, {}, {}
     for name, rows in labeled_sets(corpora / "dirty").items():
-        tune[name], kept = split(rows)
-        held[name] = kept.rows
+        examples[name], kept = split(rows)
+        tune[name], held[name] = examples[name], kept.rows
     for name, origin, path, spam_glob, ham_glob, read in LABELED:
         base = data / path if data else None
         if base is None or not base.is_dir():
@@ -88,8 +89,9 @@ def labeled_halves(data: Path | None, corpora: Path) -> tuple[dict[str, list], d
             continue
         rows = [(True, t) for _, t in read(sorted(base.glob(spam_glob)))] + \
                [(False, t) for _, t in read(sorted(base.glob(ham_glob)))]
-        held[name] = split(rows)[1].rows
-    return tune, held
+        tune[name], kept = split(rows)
+        held[name] = kept.rows
+    return examples, tune, held
 
 
 def examples_file(tune: dict[str, list], path: Path) -> Path:
@@ -191,14 +193,14 @@ def main() -> None:
         tune, held, exact, near = found
         genres[source.genre] = (source, (exact, near))
         texts[source.genre] = tune if args.score == "tune" else held
-    tune_rows, held_rows = labeled_halves(args.data, corpora)
-    for name, rows in held_rows.items():
+    examples, tune_rows, held_rows = labeled_halves(args.data, corpora)
+    for name, rows in (tune_rows if args.score == "tune" else held_rows).items():
         texts[f"{name} spam"] = [t for is_spam, t in rows if is_spam]
         texts[f"{name} ham"] = [t for is_spam, t in rows if not is_spam]
     with tempfile.TemporaryDirectory(prefix="genre-keep-") as tmp:
         work = Path(tmp)
         plain, kept_chars = judged(texts, work, None)
-        with_classifier, _ = judged(texts, work, examples_file(tune_rows, work / "examples.tsv"))
+        with_classifier, _ = judged(texts, work, examples_file(examples, work / "examples.tsv"))
     report(args, genres, texts, plain, kept_chars, with_classifier)
 
 
@@ -213,8 +215,10 @@ def report(args, genres: dict, texts: dict, plain: dict, kept_chars: dict, with_
           f"{'removed by the rules':>22}  {'dirty +clf':>22}  target  rules that removed most")
     results = [genre_row(name, source, texts[name], plain[name], kept_chars[name], with_classifier[name], copies)
                for name, (source, copies) in genres.items()]
-    print(f"\n{'labeled set':<58} {'docs':>6} {'any rule (defaults)':>22}  {'dirty (defaults)':>22}  "
-          f"{'dirty (+ classifier)':>22}")
+    print(f"\n{'labeled set (' + args.score + ' rows)':<58} {'docs':>6} {'any rule (defaults)':>22}  "
+          f"{'dirty (defaults)':>22}  {'dirty (+ classifier)':>22}")
+    if args.score == "tune":
+        print("(the classifier learned from the tune rows of the shared sets: its column says nothing there)")
     for name in texts:
         if name in genres:
             continue

@@ -19,3 +19,15 @@ def test_the_rules_minimums_decide_what_is_short():
     assert under_length_minimum(EN_MAIL, rules)  # 29 words, 3 sentences
     assert not under_length_minimum(" ".join([EN_MAIL] * 2), rules)  # 58 words, 6 sentences
     assert not under_length_minimum(ZH_HEADING_AND_IMAGES, RulesConfig(chinese={"min_cjk_chars": 10}))
+
+
+def test_tune_scoring_reads_the_tune_rows_of_the_labeled_sets(tmp_path):
+    from benchmarks.genre_keep import labeled_halves
+    from tests.conftest import CORPORA, need_shared
+
+    examples, tune, held = labeled_halves(tmp_path, need_shared(CORPORA))
+    assert examples and set(examples) == set(tune) == set(held)
+    for name in tune:
+        assert examples[name] == tune[name]
+        # the halves share no message: looking at the tune figures shows nothing of the held-out rows
+        assert not {text for _, text in tune[name]} & {text for _, text in held[name]}

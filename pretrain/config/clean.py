@@ -45,6 +45,9 @@ MODE_DOC = "drop: reject failing documents; tag: keep them, record the scores an
 class NormalizeConfig(Strict):
     unicode_form: Literal["NFC", "NFKC", "none"] = Field("NFC", description="Unicode normalization form")
     fix_mojibake: bool = Field(True, description="repair mojibake (UTF-8 read as Latin-1/cp1252) with ftfy")
+    unescape_html_entities: bool = Field(True, description="decode HTML character references (&#8220; &amp; "
+                                         "&lt;) that e-mail, RSS and scraped text carry; never in code (a code "
+                                         "document, a Markdown fenced block) or in a text that holds HTML tags")
     strip_control: bool = Field(True, description="remove control, zero-width and BOM characters")
     whitespace: bool = Field(True, description="collapse spaces, unify newlines, at most one blank line (code keeps indentation)")
     traditional_to_simplified: bool = Field(False, description="convert Traditional Chinese to Simplified (OpenCC t2s) in zh documents")

@@ -29,7 +29,10 @@ _WHITESPACE = (" ", "\n", "\t", "\r", "\u3000", "\xa0")
 # Byte sequences that UTF-8 text takes on when read as Latin-1 / cp1252 and left unrepaired
 _MOJIBAKE = re.compile(r"Ã[\u0080-\u00bf]|Â[\u0080-\u00bf]|â€[\u0080-\u00bf™œž\u201a-\u201e\u2020-\u2022\u2026]|ï¿½|æ[\u0080-\u00bf][\u0080-\u00bf]")
 TERMINAL_PUNCT = (".", "?", "!", '"', "'", "。", "！", "？", "”", "…")
-C4_END_PUNCT = (".", "?", "!", '"', "'")
+# C4's marks, with the typographic closing quotes that stand for its straight ones in typeset text
+C4_END_PUNCT = (".", "?", "!", '"', "'", "”", "’")
+# what may close a sentence after its mark: a bracket, Markdown emphasis ("(_Thanks, Steve!_)")
+_CLOSERS = ")]_*"
 # informal text (e-mail, chat, forums) ends a sentence with a smiley as often as with a full stop
 _SMILEY_END = re.compile(r"[:;]-?[)(DPp]+$")
 _SMILEY_MOUTHS = frozenset(")(DPp")
@@ -106,13 +109,13 @@ def without_fenced_code(text: str) -> str:
 
 
 def ends_sentence(line: str) -> bool:
-    """C4's terminal punctuation (also inside a closing bracket), or a smiley."""
+    """C4's terminal punctuation (also inside a closing bracket or emphasis), or a smiley."""
     if line.endswith(C4_END_PUNCT):
         return True
     if line[-1:] in _SMILEY_MOUTHS and _SMILEY_END.search(line) is not None:
         return True
     # an aside in brackets is a sentence too: "(I hope so.)"
-    return line[-1:] in ")]" and line.rstrip(")]").endswith(C4_END_PUNCT)
+    return line[-1:] in _CLOSERS and line.rstrip(_CLOSERS).endswith(C4_END_PUNCT)
 
 
 def continues(previous: str, line: str, wrapped: bool) -> bool:

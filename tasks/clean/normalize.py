@@ -1,6 +1,7 @@
 """Text normalization, each step switchable in clean.normalize."""
 from __future__ import annotations
 
+import html
 import re
 import unicodedata
 from functools import lru_cache
@@ -12,6 +13,8 @@ from tasks.clean.features import fenced_blocks
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u200b\u200c\u200d\u2060\ufeff]")
 _SPACES = re.compile(r"[ \t\u00a0\u3000]+")
 _MANY_NEWLINES = re.compile(r"\n{3,}")
+_ENTITY = re.compile(r"&(?:#\d{2,7}|#[xX][0-9a-fA-F]{2,6}|[a-zA-Z][a-zA-Z0-9]{1,31});")
+_HTML_TAG = re.compile(r"</?[a-zA-Z][a-zA-Z0-9]*(?:\s[^<>]*)?/?>")
 
 
 # UTF-8 read as Latin-1/cp1252 always shows a lead byte as one of these characters
@@ -24,6 +27,20 @@ def repair_mojibake(text: str) -> str:
     import ftfy  # only the encoding repair: no quote uncurling or other rewrites
 
     return ftfy.fix_encoding(text)
+
+
+def unescape_entities(text: str) -> str:
+    """HTML character references decoded in prose: `&#8220;fish.&#8221;` ends a sentence, `&amp;` is an
+    ampersand. A text with HTML tags is HTML, where they are syntax; fenced code keeps them as written."""
+    if "&" not in text or not _ENTITY.search(text) or _HTML_TAG.search(text):
+        return text
+    return "".join(block if is_code else html.unescape(block) for is_code, block in _joinable_blocks(text))
+
+
+def _joinable_blocks(text: str) -> list[tuple[bool, str]]:
+    """fenced_blocks with each block's line break kept, so that joining them gives the text back."""
+    blocks = fenced_blocks(text)
+    return [(is_code, block + ("\n" if k + 1 < len(blocks) else "")) for k, (is_code, block) in enumerate(blocks)]
 
 
 @lru_cache(maxsize=1)
@@ -45,6 +62,11 @@ def normalize_text(text: str, cfg: NormalizeConfig = NormalizeConfig(), keep_ind
         if fixed != text:
             repairs.append("mojibake")
             text = fixed
+    if cfg.unescape_html_entities and not keep_indentation:
+        decoded = unescape_entities(text)
+        if decoded != text:
+            repairs.append("html_entities")
+            text = decoded
     if cfg.unicode_form != "none":
         text = unicodedata.normalize(cfg.unicode_form, text)
     if cfg.strip_control:

@@ -178,8 +178,10 @@ def test_a_quoted_reply_is_joined_at_its_own_depth():
     assert kept == "\n".join(reply.split("\n")[:2] + reply.split("\n")[3:]) and removed["no_terminal_punct"] == 1
 
 
-def test_a_sentence_in_brackets_ends_a_line():
-    text = EN_GOOD + "\n(The keeper retired in 1952, when the light was automated.)\n(see the photographs)"
+def test_a_sentence_in_brackets_emphasis_or_typeset_quotes_ends_a_line():
+    text = EN_GOOD + "\n(The keeper retired in 1952, when the light was automated.)\n(_Thanks for the tip, Steve!_)\n" \
+        "\u201cI never once let it go dark,\u201d he said, \u201cnot in forty winters.\u201d\n" \
+        "\u2018Go home and rest,\u2019 said the keeper.\u2019\n(see the photographs)"
     kept, removed = c4_filter_lines(text, RulesConfig().c4)
     assert kept == text.rsplit("\n", 1)[0] and removed["no_terminal_punct"] == 1
 
@@ -419,6 +421,19 @@ def test_normalization_steps():
     page = "  Call   it:\n```\ndef f():\n    return 1  \n```\n  Done.  "
     assert normalize_text(page)[0] == "Call it:\n```\ndef f():\n    return 1\n```\nDone."
     assert to_simplified("漢字轉換測試") == "汉字转换测试"
+
+
+def test_html_character_references_are_decoded_in_prose_only():
+    feed = "&#8220;So, this page is here to teach you how to fish.&#8221; Tom &amp; Jerry &lt;3"
+    text, repairs = normalize_text(feed)
+    assert text == "\u201cSo, this page is here to teach you how to fish.\u201d Tom & Jerry <3"
+    assert repairs == ["html_entities"]
+    assert normalize_text(feed, NormalizeConfig(unescape_html_entities=False))[0] == feed
+    # HTML, where a reference is syntax; code, as a whole document or fenced in a page
+    assert normalize_text("<p>Tom &amp; Jerry</p>")[0] == "<p>Tom &amp; Jerry</p>"
+    assert normalize_text('s = "&amp;"', keep_indentation=True)[0] == 's = "&amp;"'
+    page = "Escape it &amp; go:\n```\necho '&amp;'\n```\nDone &amp; dusted."
+    assert normalize_text(page)[0] == "Escape it & go:\n```\necho '&amp;'\n```\nDone & dusted."
 
 
 def test_channels():

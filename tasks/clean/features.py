@@ -285,7 +285,8 @@ class DocFeatures:
     @cached_property
     def words(self) -> list[str]:
         """Tokens that are not pure punctuation."""
-        return [t for t in self.tokens if any(c.isalnum() for c in t)]
+        # a token is a run of word characters or one mark: its first character decides, unless it is "_"
+        return [t for t in self.tokens if t[0].isalnum() or (t[0] == "_" and any(c.isalnum() for c in t))]
 
     @cached_property
     def n_cjk(self) -> int:
@@ -299,9 +300,8 @@ class DocFeatures:
     def cjk_unit_share(self) -> float:
         """CJK characters among the text's units (a CJK character, a Latin word or number, a symbol): a Chinese
         technical text that names APIs in English is Chinese by this measure, as it is not by characters."""
-        units = _TEXT_UNIT.findall(self.text)
-        n_cjk = sum(1 for u in units if len(u) == 1 and _CJK_RUN.match(u))
-        return n_cjk / max(len(units) + len(_SYMBOL.findall(self.text)), 1)
+        # every CJK character is a unit of its own, so the CJK units are the CJK characters
+        return self.n_cjk / max(len(_TEXT_UNIT.findall(self.text)) + len(_SYMBOL.findall(self.text)), 1)
 
     @cached_property
     def punct_marks(self) -> int:

@@ -35,7 +35,7 @@ class GopherQualityRule(Rule):
         end_ellipsis = sum(line.endswith(("...", "…")) for line in f.lines) / n_lines
         out.check("ellipsis_lines", end_ellipsis, end_ellipsis <= s.max_ellipsis_lines_ratio, "gopher_too_many_end_ellipsis")
         # over words, not over punctuation marks as datatrove counts: its ratio rejected half of ordinary prose
-        alpha = sum(any(c.isalpha() for c in w) for w in words) / max(len(words), 1)
+        alpha = sum(w[0].isalpha() or any(c.isalpha() for c in w) for w in words) / max(len(words), 1)
         out.check("alpha_words", alpha, alpha >= s.min_alpha_words_ratio, "gopher_below_alpha_threshold")
         stops = len(STOP_WORDS & set(f.tokens))
         out.check("stop_words", stops, stops >= s.min_stop_words, "gopher_not_enough_stop_words")

@@ -104,8 +104,17 @@ def fenced_blocks(text: str) -> list[tuple[bool, str]]:
 
 
 def without_fenced_code(text: str) -> str:
-    """The prose of a Markdown page: its fenced code blocks left out."""
-    return "\n".join(block for is_code, block in fenced_blocks(text) if not is_code)
+    """The prose of a Markdown page: its fenced code blocks left out, and the line that leads into one ("run it
+    with:") ending its sentence, as it does with the code after it."""
+    blocks = fenced_blocks(text)
+    prose = []
+    for k, (is_code, block) in enumerate(blocks):
+        if is_code:
+            continue
+        if block.endswith(":") and k + 1 < len(blocks):
+            block = block[:-1] + "."
+        prose.append(block)
+    return "\n".join(prose)
 
 
 def ends_sentence(line: str) -> bool:

@@ -154,7 +154,7 @@ class FineWebRule(Rule):
         s, f, out = self.settings, doc.prose, Outcome(self.name)
         lines = f.logical_lines if s.join_wrapped_lines else [line for line in f.raw_lines if line.strip()]
         n_lines = max(len(lines), 1)
-        punct = sum(line.endswith(TERMINAL_PUNCT) for line in lines) / n_lines
+        punct = sum(line.endswith(TERMINAL_PUNCT) or ends_sentence(line) for line in lines) / n_lines
         out.check("line_punct_ratio", punct, punct >= s.line_punct_thr)
         short = sum(len(line) <= s.short_line_length for line in lines) / n_lines
         out.check("short_line_ratio", short, short <= s.short_line_thr)

@@ -261,6 +261,26 @@ def test_fenced_blocks_split_code_from_prose_and_an_unclosed_fence_runs_to_the_e
     assert fenced_blocks(text) == [(False, "Intro."), (True, "```\ncode()\n```"), (False, "Middle."),
                                    (True, "~~~sh\nrun")]
     assert without_fenced_code(text) == "Intro.\nMiddle." and without_fenced_code("No code.") == "No code."
+    # the line that leads into code ends its sentence with the code; a last line ending in a colon does not
+    assert without_fenced_code("Run it with:\n```\nrun()\n```\nThen wait:") == "Run it with.\nThen wait:"
+
+
+def test_fineweb_reads_a_lead_in_and_a_sentence_in_brackets_as_ended_lines():
+    # one hard-wrapped paragraph that leads into the code, one aside: no line ends in a bare mark
+    section = ("For PyTorch models, the range test is implemented as a learning rate scheduler that is\n"
+               "available in PyTorch versions 1.0.1 and newer. Thus, you can add a scheduler entry of\n"
+               "type range test into the configuration of your model as illustrated below:\n"
+               "```json\n{\"scheduler\": {\"type\": \"LRRangeTest\"}}\n```\n"
+               "(The test stops by itself when the loss starts to grow again after the warm-up.)")
+    from pretrain.config import CleanConfig, SourceConfig
+    from tasks.clean.judge import Cleaner
+    from tasks.clean.readers import RawDoc
+
+    only_fineweb = {family: {"mode": "off"} for family in ("length", "gopher_quality", "gopher_repetition", "c4")}
+    cleaner = Cleaner(CleanConfig(sources=[SourceConfig(path="unused.jsonl")], rules=only_fineweb))
+    assert cleaner.judge(RawDoc("a", section, "docs", None)).failure is None
+    no_lead_in = section.replace("below:", "below").replace(".)", ")")
+    assert cleaner.judge(RawDoc("a", no_lead_in, "docs", None)).failure.reason == "fineweb_line_punct_ratio"
 
 
 def test_c4_edits_the_text_before_it_is_judged_and_names_an_emptied_document():

@@ -31,3 +31,13 @@ def test_tune_scoring_reads_the_tune_rows_of_the_labeled_sets(tmp_path):
         assert examples[name] == tune[name]
         # the halves share no message: looking at the tune figures shows nothing of the held-out rows
         assert not {text for _, text in tune[name]} & {text for _, text in held[name]}
+
+
+def test_on_the_tune_halves_the_classifier_never_judges_its_own_examples():
+    from benchmarks.genre_keep import classifier_judges
+
+    texts = {"zh law": ["..."], "en_sms spam": ["win"], "en_sms ham": ["hi"], "SpamAssassin ham": ["re:"]}
+    examples = {"en_sms": [(True, "win"), (False, "hi")]}
+    # its examples in the corpus it samples would tell its gate that the corpus looks like them
+    assert set(classifier_judges(texts, examples, "tune")) == {"zh law", "SpamAssassin ham"}
+    assert classifier_judges(texts, examples, "held-out") == texts

@@ -27,7 +27,6 @@ import pyarrow as pa
 
 from model.permutation import FeistelPermutation
 from model.spec import DataSpec
-from pretrain.channels import CHANNELS
 
 MANIFEST = "manifest.json"
 PoolBy = Literal["all", "channel", "source", "quality"]

@@ -13,8 +13,9 @@ _CJK_RUN = re.compile(f"[{_CJK}]+")
 # digits (a word); kana one by one, so that Japanese does not pass for Chinese
 _SYLLABIC = "\u3040-\u30ff\u31f0-\u31ff\uac00-\ud7af"
 _TEXT_UNIT = re.compile(f"[{_CJK}{_SYLLABIC}]|[^\\W{_CJK}{_SYLLABIC}]+")
-# a line that only draws: a Markdown table's rule row, a horizontal rule
-_LAYOUT_LINE = re.compile(r"^[ \t|:+=*_~-]*(?:--|==)[ \t|:+=*_~-]*$", re.M)
+# a line that only draws: a Markdown table's rule row, a horizontal rule (the lookahead keeps it linear on a
+# long run of dashes that ends in a letter, where a pattern around a "--" in the middle backtracks quadratically)
+_LAYOUT_LINE = re.compile(r"^(?=[^\n]*?(?:--|==))[ \t|:+=*_~-]+$", re.M)
 # a Chinese sentence or clause (so a repeated sentence is found inside a line too)
 _ZH_SENTENCE = re.compile(r"[^。！？；!?;\n]+[。！？；!?;]?")
 _TOKEN = re.compile(r"\w+(?:['’]\w+)*|[^\w\s]")

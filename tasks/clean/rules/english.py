@@ -9,6 +9,8 @@ from tasks.clean.rules.base import Doc, Outcome, Rule
 
 STOP_WORDS = {"the", "be", "to", "of", "and", "that", "have", "with"}
 _CITATION = re.compile(r"\[\d*]|\[edit]|\[citation needed]")
+# Markdown inline code (`${TASK_NAME}`): code, as a fenced block is, for the curly-bracket check
+_INLINE_CODE = re.compile(r"`[^`\n]+`")
 _SENTENCE_END = re.compile(r"[.!?]+(?=\s|$)")
 POLICY_SUBSTRINGS = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies",
                      "use cookies")
@@ -135,7 +137,9 @@ class C4Rule(Rule):
             out.check("lorem_ipsum", "lorem ipsum" in lower, "lorem ipsum" not in lower, "c4_lorem_ipsum")
         if s.reject_curly_bracket:
             # C4 rejected a page for one bracket; one in an e-mail's shell line or an article's aside is no code
-            braces = sum("{" in line or "}" in line for line in f.lines) / max(len(f.lines), 1)
+            lines = [_INLINE_CODE.sub("", line) if "`" in line else line for line in f.lines] \
+                if s.keep_fenced_code else f.lines
+            braces = sum("{" in line or "}" in line for line in lines) / max(len(lines), 1)
             ok = braces <= s.max_curly_bracket_lines if s.max_curly_bracket_lines > 0 else "{" not in f.text
             out.check("curly_bracket_lines", braces, ok, "c4_curly_bracket")
         return out

@@ -133,6 +133,16 @@ def test_one_curly_bracket_in_a_page_of_prose_is_no_code_but_a_page_of_them_is()
     assert reason(spilled, "en") == "c4_curly_bracket"
 
 
+def test_inline_code_is_code_for_the_curly_bracket_check():
+    sentences = [s.rstrip(".") + "." for s in EN_GOOD.split(". ") if s]
+    page = "\n".join(sentences + ["Pass the model as `--model ${MODEL_NAME}` when you start the script."])  # 1 of 5
+    repeats_allowed = {"gopher_repetition": {"mode": "off"}, "fineweb": {"mode": "off"}}
+    assert reason(page, "en", **repeats_allowed) is None
+    assert reason(page.replace("`", ""), "en", **repeats_allowed) == "c4_curly_bracket"
+    # without Markdown awareness a backtick is a character like any other
+    assert reason(page, "en", c4={"keep_fenced_code": False}, **repeats_allowed) == "c4_curly_bracket"
+
+
 def test_a_smiley_ends_a_sentence():
     text = "Thanks, the new build works on my laptop too :-)\nI owe you a coffee for that one ;)\n" + EN_GOOD
     kept, removed = c4_filter_lines(text, RulesConfig().c4)

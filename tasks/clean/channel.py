@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from tasks.clean.features import DocFeatures
+from tasks.clean.features import DocFeatures, without_fenced_code
 
 # markup is no language: HTML tags and entities, a Markdown link's or image's target, a bare URL
 _MARKUP = re.compile(r"<[^<>\n]{1,300}>|&[a-z]+;|\]\([^()\s]*\)|https?://\S+")
@@ -36,7 +36,11 @@ def detect_channel(feats: DocFeatures, hint: str | None = None) -> str:
 
 def without_markup(feats: DocFeatures) -> DocFeatures:
     """The features of the text the reader sees: a Chinese page whose HTML and link targets outweigh its
-    characters is still Chinese."""
-    if "<" not in feats.text and "](" not in feats.text and "://" not in feats.text and "&" not in feats.text:
-        return feats
-    return DocFeatures(_MARKUP.sub(" ", feats.text))
+    characters is still Chinese, and so is one whose fenced code or citation block outweighs them."""
+    text = feats.text
+    if "```" in text or "~~~" in text:
+        prose = without_fenced_code(text)
+        text = prose if prose.strip() else text
+    if "<" not in text and "](" not in text and "://" not in text and "&" not in text:
+        return feats if text is feats.text else DocFeatures(text)
+    return DocFeatures(_MARKUP.sub(" ", text))

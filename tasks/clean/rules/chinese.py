@@ -19,7 +19,7 @@ class ChineseRule(Rule):
         return text[:span[0]] + text[span[1]:] if span else text
 
     def evaluate(self, doc: Doc) -> Outcome:
-        s, f, out = self.settings, doc.feats, Outcome(self.name)
+        s, f, out = self.settings, doc.prose, Outcome(self.name)
         out.check("cjk_chars", f.n_cjk, f.n_cjk >= s.min_cjk_chars, "zh_too_few_cjk_chars")
         out.check("cjk_unit_share", f.cjk_unit_share, f.cjk_unit_share >= s.min_cjk_ratio, "zh_low_cjk_ratio")
         per_k = 1000 * f.punct_marks / max(f.n_chars, 1)
@@ -36,8 +36,8 @@ class ChineseRule(Rule):
         """Copied sentences and long copied spans: what boilerplate and spam repeat. Phrases of 10-30 characters
         that recur inside different sentences are how laws, manuals and liturgy are written, and are not counted
         (benchmarks/genre_keep.py: up to 28% of a law chapter inside repeated 20-character spans)."""
-        s, chars = self.settings, doc.feats.compact
-        dup_chars, all_chars = dup_sentence_chars(doc.feats.text, s.min_sentence_chars)
+        s, chars = self.settings, doc.prose.compact
+        dup_chars, all_chars = dup_sentence_chars(doc.prose.text, s.min_sentence_chars)
         frac = dup_chars / max(all_chars, 1)
         out.check("dup_sentence_frac", frac, frac <= s.dup_sentence_frac, "zh_repeated_text")
         n = max(len(chars), 1)

@@ -34,13 +34,7 @@ def unescape_entities(text: str) -> str:
     ampersand. A text with HTML tags is HTML, where they are syntax; fenced code keeps them as written."""
     if "&" not in text or not _ENTITY.search(text) or _HTML_TAG.search(text):
         return text
-    return "".join(block if is_code else html.unescape(block) for is_code, block in _joinable_blocks(text))
-
-
-def _joinable_blocks(text: str) -> list[tuple[bool, str]]:
-    """fenced_blocks with each block's line break kept, so that joining them gives the text back."""
-    blocks = fenced_blocks(text)
-    return [(is_code, block + ("\n" if k + 1 < len(blocks) else "")) for k, (is_code, block) in enumerate(blocks)]
+    return "\n".join(block if is_code else html.unescape(block) for is_code, block in fenced_blocks(text))
 
 
 @lru_cache(maxsize=1)

@@ -152,12 +152,15 @@ def test_a_smiley_ends_a_sentence():
     assert kept == EN_GOOD and removed["no_terminal_punct"] == 1
 
 
+# wrapped at 72 columns, a break before "I" and before a name: the case rule alone cuts both sentences
+WRAPPED_MAIL = ("Thanks for the numbers. I looked at the second run again last night, and\n"
+                "I think the slowdown comes from the new loader rather than from the model\n"
+                "itself. The profile shows the same thing on the machine that belongs to\n"
+                "Maria, so we should move the loader back before Thursday.")
+
+
 def test_in_hard_wrapped_text_a_line_near_the_width_continues_whatever_the_next_starts_with():
-    # wrapped at 72 columns, a break before "I" and before a name: the case rule alone cuts both sentences
-    mail = ("Thanks for the numbers. I looked at the second run again last night, and\n"
-            "I think the slowdown comes from the new loader rather than from the model\n"
-            "itself. The profile shows the same thing on the machine that belongs to\n"
-            "Maria, so we should move the loader back before Thursday.")
+    mail = WRAPPED_MAIL
     kept, removed = c4_filter_lines(mail, RulesConfig().c4)
     assert kept == mail and sum(removed.values()) == 0
     # one paragraph a line, as web text comes: a line past the width says the text is not wrapped, and a title
@@ -168,10 +171,7 @@ def test_in_hard_wrapped_text_a_line_near_the_width_continues_whatever_the_next_
 
 
 def test_a_long_line_or_two_does_not_unwrap_a_wrapped_message():
-    mail = ("Thanks for the numbers. I looked at the second run again last night, and\n"
-            "I think the slowdown comes from the new loader rather than from the model\n"
-            "itself. The profile shows the same thing on the machine that belongs to\n"
-            "Maria, so we should move the loader back before Thursday.")
+    mail = WRAPPED_MAIL
     log = "loader: read 4096 records from /data/shards/part-00017.parquet in 912 ms (4.5 MB/s, 3 retries)"
     message = f"{mail}\n\n{mail}\n\n{log}\n\n{mail}"  # 1 line of 13 past 80 columns
     kept, removed = c4_filter_lines(message, RulesConfig().c4)

@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import sysconfig
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from pretrain.channels import KNOWN_CHANNELS, Channel, KnownChannel
 
@@ -29,6 +29,10 @@ class SourceConfig(Strict):
     name: str | None = Field(None, description="source name used in stats and shard source ids; default: the path")
     follow_symlinks: bool = Field(False, description="read local files whose links lead outside the source's folder "
                                   "(off: such a file is listed as unreadable with its target, never read)")
+    rules: dict[str, dict[str, Any]] = Field(default_factory=dict, description=(
+        "this source's own settings of the quality rules, over clean.rules family by family and key by key, "
+        "e.g. {c4: {mode: tag}} for a mail archive the web rules would cut; any family but dirty and decontam, "
+        "which hold for the whole corpus"))
 
     def resolved_path(self) -> str:
         return self.path.replace("{stdlib}", sysconfig.get_paths()["stdlib"])
@@ -281,6 +285,34 @@ class ExecutorConfig(Strict):
     ray_address: str | None = Field(None, description="kind=ray: address of a running cluster (ray://host:10001 or host:6379); None: start a local one")
 
 
+# they read files and learn once for the stage, and a leak or spam is one in any source
+CORPUS_WIDE_RULES = ("dirty", "decontam")
+
+
+def rules_over(rules: RulesConfig, changes: dict[str, dict[str, Any]], where: str) -> RulesConfig:
+    """`rules` with `changes` ({family: {key: value}}) applied, each family validated as clean.rules validates it."""
+    families = {}
+    for family, settings in changes.items():
+        if family in CORPUS_WIDE_RULES or family not in RulesConfig.model_fields:
+            allowed = ", ".join(f for f in RulesConfig.model_fields if f not in CORPUS_WIDE_RULES)
+            raise ValueError(f"{where}.rules.{family}: a source may set {allowed}"
+                             + (f"; {family} holds for the whole corpus: set it in clean.rules"
+                                if family in CORPUS_WIDE_RULES else ""))
+        current = getattr(rules, family)
+        try:
+            families[family] = type(current).model_validate({**current.model_dump(), **settings})
+        except ValidationError as err:
+            raise ValueError("; ".join(f"{where}.rules.{'.'.join(map(str, (family, *e['loc'])))}: {_problem(e)}"
+                                       for e in err.errors())) from None
+    return rules.model_copy(update=families)
+
+
+def _problem(error: dict) -> str:
+    if error["type"] == "extra_forbidden":
+        return "unknown key; remove it or check its spelling"
+    return error["msg"].removeprefix("Value error, ")
+
+
 class CleanConfig(Strict):
     sources: list[SourceConfig] = Field(min_length=1)
     normalize: NormalizeConfig = NormalizeConfig()
@@ -291,4 +323,17 @@ class CleanConfig(Strict):
     executor: ExecutorConfig = Field(ExecutorConfig(), json_schema_extra=NO_EFFECT)
     shard_max_mb: float = Field(64.0, gt=0, description="consecutive input files of a source are cleaned together up to this size")
     reject_samples_per_reason: int = Field(20, ge=0, description="rejected documents kept per reason in samples.parquet for review")
+
+    @model_validator(mode="after")
+    def _source_rules_valid(self):
+        for k, source in enumerate(self.sources):
+            rules_over(self.rules, source.rules, f"clean.sources[{k}] ({source.source_name})")
+        return self
+
+    def for_source(self, index: int) -> "CleanConfig":
+        """The config a source's documents are judged with: its own rule settings over clean.rules."""
+        source = self.sources[index]
+        if not source.rules:
+            return self
+        return self.model_copy(update={"rules": rules_over(self.rules, source.rules, f"clean.sources[{index}]")})
 

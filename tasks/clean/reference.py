@@ -25,12 +25,13 @@ MAX_SAMPLE_CHARS = 20_000
 
 def sampled_texts(cfg: CleanConfig, docs: int) -> list[tuple[str, str]]:
     """(channel, text) of up to `docs` documents of the sources, as the rules read them."""
-    preparer = Cleaner(cfg.model_copy(update={"rules": cfg.rules.model_copy(update={
-        "dirty": cfg.rules.dirty.model_copy(update={"classifier_examples": []})})}))
+    unlearned = cfg.model_copy(update={"rules": cfg.rules.model_copy(update={
+        "dirty": cfg.rules.dirty.model_copy(update={"classifier_examples": []})})})
     per_source = math.ceil(docs / max(len(cfg.sources), 1))
-    cap = 4 * cfg.rules.length.max_chars
     sample: list[tuple[str, str]] = []
-    for source in cfg.sources:
+    for index, source in enumerate(cfg.sources):
+        source_cfg = unlearned.for_source(index)  # the source's own rule edits, as its shards apply them
+        preparer, cap = Cleaner(source_cfg), 4 * source_cfg.rules.length.max_chars
         fs, files = expand_source(source)
         per_file = max(1, math.ceil(per_source / max(len(files), 1)))
         taken = 0

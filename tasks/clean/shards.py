@@ -106,7 +106,7 @@ def _spec(index: int, source_index: int, source: SourceConfig, group: list[tuple
                      hashlib.sha256(json.dumps(group).encode()).hexdigest()[:16])
 
 
-@lru_cache(maxsize=2)
+@lru_cache(maxsize=4)  # a source with rules of its own has its own cleaner
 def _cleaner(cfg_json: str, settings: str) -> tuple[Cleaner, MinHasher]:
     # one set of compiled rules and lexicons per worker process, not per shard; `settings` (the plan's settings_hash,
     # which stamps the files the rules read) rebuilds them when such a file changed between runs of one process
@@ -144,6 +144,7 @@ def clean_shard(cfg: CleanConfig, spec: ShardSpec, work_dir: Path) -> dict:
     out = Path(work_dir) / spec.shard_id
     if shard_done(work_dir, spec):
         return {**read_json(out / "meta.json"), "skipped": True}
+    cfg = cfg.for_source(spec.source_index)
     cleaner, hasher = _cleaner(cfg.model_dump_json(), spec.settings)
     source: SourceConfig = cfg.sources[spec.source_index]
     tally = Tally(cfg.reject_samples_per_reason)

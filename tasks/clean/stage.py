@@ -92,11 +92,12 @@ def finalize(cfg: CleanConfig, specs: list[ShardSpec], metas: list[dict], work_d
 
 
 def build_manifest(cfg: CleanConfig, metas: list[dict], tally: Tally) -> dict:
-    repairs, lines_removed, by_source = Counter(), Counter(), Counter()
+    repairs, lines_removed, by_source, rejected_by_source = Counter(), Counter(), Counter(), Counter()
     for m in metas:
         repairs.update(m["repairs"])
         lines_removed.update(m.get("lines_removed", {}))  # a shard reused from before line counts has none
         by_source[m["source"]] += m["docs"]
+        rejected_by_source[m["source"]] += m["rejected"]
     return {
         "docs_in": sum(m["docs"] for m in metas),
         "kept": tally.total("kept"),
@@ -106,6 +107,8 @@ def build_manifest(cfg: CleanConfig, metas: list[dict], tally: Tally) -> dict:
         "rejected_by_rule": tally.by("rejected", 1),
         "tagged_by_reason": tally.by("tagged", 2),
         "docs_by_source": dict(by_source),
+        "rejected_by_source": dict(rejected_by_source),  # by the rules (dedup comes after)
+        "source_rules": {s.source_name: s.rules for s in cfg.sources if s.rules},  # over clean.rules
         "repairs": dict(repairs),
         "lines_removed": dict(sorted(lines_removed.items())),  # by the rules' line filters, in documents kept or not
         "shards": len(metas),

@@ -192,3 +192,20 @@ def test_changed_writes_each_setting_into_its_section_and_leaves_the_rest(tiny_c
         before.changed(learning_rate=1.0)
     assert merged_train({"steps": 3, "batch": {"seq_len": 8}}, {"micro_batch_size": 2, "seed": 7}) == {
         "steps": 3, "seed": 7, "batch": {"seq_len": 8, "micro_batch_size": 2}}
+
+
+def test_a_sources_own_rule_settings_are_checked_as_clean_rules_and_never_reach_corpus_wide_rules(tmp_path):
+    data = tiny_dict(tmp_path)
+    source = data["clean"]["sources"][0]
+    source["rules"] = {"c4": {"mode": "tag"}, "gopher_quality": {"min_doc_words": 20}}
+    cfg = parse_config(data).clean
+    own = cfg.for_source(0).rules
+    assert (own.c4.mode, own.gopher_quality.min_doc_words, own.gopher_quality.max_doc_words) == ("tag", 20, 100_000)
+    assert cfg.rules.c4.mode == "drop" and cfg.for_source(1) is cfg  # the other source: clean.rules as they are
+    source["rules"] = {"c4": {"mod": "tag"}}
+    with pytest.raises(ConfigError, match=re.escape(f"clean.sources[0] ({source['name']}).rules.c4.mod: unknown key")):
+        parse_config(data)
+    source["rules"] = {"dirty": {"mode": "off"}}
+    with pytest.raises(ConfigError, match=r"rules\.dirty: a source may set length, .*dirty holds for the whole "
+                                          r"corpus: set it in clean\.rules"):
+        parse_config(data)

@@ -56,3 +56,15 @@ def test_a_long_document_is_sampled_up_to_a_bound(tmp_path):
     page.write_text(json.dumps({"text": "The river rose again this spring and the town moved its market. " * 2000}) + "\n")
     [(channel, text)] = sampled_texts(CleanConfig.model_validate({"sources": [{"path": str(page)}]}), 10)
     assert channel == "en" and len(text) == MAX_SAMPLE_CHARS  # 130,000 characters read, 20,000 kept
+
+
+def test_a_source_with_its_own_rules_is_sampled_with_its_own_edits(tmp_path):
+    lines = "Agenda\nThe council met today and voted on the budget for next year.\nMinutes taken by\n"
+    for name in ("web", "archive"):
+        (tmp_path / f"{name}.jsonl").write_text(json.dumps({"text": lines}) + "\n")
+    cfg = CleanConfig.model_validate({"sources": [
+        {"path": str(tmp_path / "web.jsonl"), "name": "web"},
+        {"path": str(tmp_path / "archive.jsonl"), "name": "archive", "rules": {"c4": {"mode": "tag"}}}]})
+    web, archive = (text for _, text in sampled_texts(cfg, 2))
+    assert web == "The council met today and voted on the budget for next year."  # C4 removed the other lines
+    assert archive == lines.strip()  # as the archive's shards read it: C4 scores, removes nothing

@@ -200,3 +200,51 @@ def test_the_manifest_counts_the_lines_each_c4_filter_removed(tmp_path):
     m = run_clean(cfg, tmp_path / "clean")
     assert m["kept"] == 2 and m["repairs"] == {"c4_lines_removed": 2}
     assert m["lines_removed"] == {"c4/no_terminal_punct": 2, "c4/policy": 1}
+
+
+# a mailing-list question: its own sentences, an unpunctuated command and its output, a signature, the list's
+# footer; the web rules cut it below Gopher's 50 words (C4 removes the lines without a sentence end)
+LIST_MAIL = """Re: rsync over ssh drops the connection
+
+I copy the nightly backups to the file server with rsync over ssh, and since the upgrade the transfer stops
+after a few minutes with a broken pipe. Has anyone seen this?
+
+    rsync -az -e ssh /srv/backup/ files:/data/backup/
+    packet_write_wait: Connection to files port 22: Broken pipe
+
+Setting ServerAliveInterval to 30 did not help
+
+Thanks
+Maria
+
+--
+Backup-users mailing list
+Backup-users@lists.example.org
+https://lists.example.org/mailman/listinfo/backup-users
+"""
+MAIL_RULES = {"c4": {"mode": "tag"}, "fineweb": {"mode": "tag"}}
+
+
+def test_a_source_judged_by_its_own_rule_settings_keeps_what_the_corpus_rules_cut(tmp_path):
+    from tasks.clean.shards import plan_shards
+
+    for name in ("web", "mail"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "in.jsonl").write_text(json.dumps({"text": LIST_MAIL}) + "\n" + GOOD_LINE.decode())
+    cfg = CleanConfig(sources=[SourceConfig(path=str(tmp_path / "web"), name="web"),
+                               SourceConfig(path=str(tmp_path / "mail"), name="mail", rules=MAIL_RULES)],
+                      dedup={"exact": False, "near": False})
+    m = run_clean(cfg, tmp_path / "clean")
+    assert m["rejected_by_source"] == {"web": 1, "mail": 0} and m["kept"] == 3
+    assert m["rejected_by_reason"] == {"gopher_short_doc": 1} and m["source_rules"] == {"mail": MAIL_RULES}
+    kept = {(r["source"], r["text"][:10]): r for r in ds.dataset(tmp_path / "clean" / "kept").to_table().to_pylist()}
+    mail = kept[("mail", LIST_MAIL[:10])]
+    lines = [line.split() for line in LIST_MAIL.splitlines() if line.strip()]
+    assert [line.split() for line in mail["text"].splitlines() if line.strip()] == lines  # C4 removed no line
+    assert mail["flags"] == ["fineweb:fineweb_line_punct_ratio"] and m["tagged_by_reason"] == {
+        "fineweb_line_punct_ratio": 1}  # scored, for the mixture to weigh
+    # the source's settings are part of its shards' fingerprints, and of no other source's
+    looser = cfg.model_copy(update={"sources": [cfg.sources[0], cfg.sources[1].model_copy(
+        update={"rules": {**MAIL_RULES, "gopher_repetition": {"mode": "tag"}}})]})
+    before, after = plan_shards(cfg), plan_shards(looser)
+    assert before[0].fingerprint == after[0].fingerprint and before[1].fingerprint != after[1].fingerprint

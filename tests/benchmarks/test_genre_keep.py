@@ -41,3 +41,14 @@ def test_on_the_tune_halves_the_classifier_never_judges_its_own_examples():
     # its examples in the corpus it samples would tell its gate that the corpus looks like them
     assert set(classifier_judges(texts, examples, "tune")) == {"zh law", "SpamAssassin ham"}
     assert classifier_judges(texts, examples, "held-out") == texts
+
+
+def test_the_curated_run_judges_its_sources_with_their_own_rules(tmp_path):
+    from benchmarks.genre_keep import CURATED, CURATED_RULES, judged
+    from tests.tasks.clean.test_stage import LIST_MAIL
+
+    texts = {"en e-mail (ham)": [LIST_MAIL]}
+    assert judged(texts, tmp_path, None)[0] == {"en e-mail (ham)": {0: "gopher_quality/gopher_short_doc"}}
+    removed, kept_chars = judged(texts, tmp_path, None, "clean-own-rules", CURATED_RULES)
+    assert removed == {"en e-mail (ham)": {}} and kept_chars["en e-mail (ham)"][0] > 0.9 * len(LIST_MAIL)
+    assert "en e-mail (ham)".startswith(CURATED) and not "en e-mail spam vs ham (SpamAssassin) ham".startswith(CURATED)

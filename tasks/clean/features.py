@@ -118,6 +118,14 @@ def without_fenced_code(text: str) -> str:
     return "\n".join(prose)
 
 
+def code_lead_ins(text: str) -> set[str]:
+    """The lines that lead into a fenced code block, as `without_fenced_code` ends them ("Run it with."): the
+    code's captions, which a tutorial repeats as a page repeats its headings."""
+    blocks = fenced_blocks(text)
+    return {block.rsplit("\n", 1)[-1].strip()[:-1] + "." for k, (is_code, block) in enumerate(blocks)
+            if not is_code and block.endswith(":") and k + 1 < len(blocks)}
+
+
 def ends_sentence(line: str) -> bool:
     """C4's terminal punctuation (also inside a closing bracket or emphasis), or a smiley."""
     if line.endswith(C4_END_PUNCT):

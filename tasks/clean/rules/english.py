@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import re
 
-from tasks.clean.features import (DocFeatures, TERMINAL_PUNCT, dup_ngram_chars, ends_sentence, fenced_blocks,
-                                    find_duplicates, logical_lines, top_ngram_chars)
+from tasks.clean.features import (DocFeatures, TERMINAL_PUNCT, code_lead_ins, dup_ngram_chars, ends_sentence,
+                                    fenced_blocks, find_duplicates, logical_lines, top_ngram_chars)
 from tasks.clean.rules.base import Doc, Outcome, Rule
 
 STOP_WORDS = {"the", "be", "to", "of", "and", "that", "have", "with"}
@@ -162,7 +162,9 @@ class FineWebRule(Rule):
         out.check("line_punct_ratio", punct, punct >= s.line_punct_thr)
         short = sum(len(line) <= s.short_line_length for line in lines) / n_lines
         out.check("short_line_ratio", short, short <= s.short_line_thr)
-        dup_chars = find_duplicates(lines)[1] / max(f.n_chars - f.text.count("\n"), 1)
+        captions = code_lead_ins(doc.text) if doc.prose is not doc.feats else set()
+        dup_chars = find_duplicates([line for line in lines if line not in captions])[1] / \
+            max(f.n_chars - f.text.count("\n"), 1)
         out.check("char_dup_ratio", dup_chars, dup_chars <= s.char_duplicates_ratio)
         list_ratio = f.text.count("\n") / max(len(f.words), 1)
         out.check("list_ratio", list_ratio, list_ratio <= s.new_line_ratio)

@@ -3,7 +3,7 @@ import pytest
 
 from pretrain.config import NormalizeConfig, RulesConfig
 from tasks.clean.channel import detect_channel
-from tasks.clean.features import (DocFeatures, doubled_span, dup_char_ngram_chars, dup_ngram_chars,
+from tasks.clean.features import (DocFeatures, code_lead_ins, doubled_span, dup_char_ngram_chars, dup_ngram_chars,
                                   dup_sentence_chars, fenced_blocks, find_duplicates, top_ngram_chars,
                                   without_fenced_code)
 from tasks.clean.normalize import normalize_text, to_simplified
@@ -264,6 +264,27 @@ def test_fenced_code_is_kept_as_it_is_and_set_aside_when_the_page_is_judged():
     # judged as prose, as C4 did: every line of the code is cut (none ends a sentence), and the lead-in
     verdict = judged(keep_fenced_code=False)
     assert "ring(clock)" not in verdict.text and "clock = {" not in verdict.text and "script:" not in verdict.text
+
+
+def test_a_caption_repeated_before_each_code_block_is_no_duplicated_line_but_a_repeated_sentence_is():
+    from pretrain.config import CleanConfig, SourceConfig
+    from tasks.clean.judge import Cleaner
+    from tasks.clean.readers import RawDoc
+
+    steps = [("Winding the clock takes a minute, and the lens turns until morning.", "clock.wind()"),
+             ("A trimmed wick burns without smoke through the longest winter night.", "lamp.trim()"),
+             ("Each entry in the log names the wind, the sea and any ship that passed.", "log.write()")]
+    tutorial = EN_GOOD + "".join(f"\n\n{prose}\nAnd the final result is:\n```python\n{code}\n```"
+                                 for prose, code in steps)
+    assert code_lead_ins(tutorial) == {"And the final result is."}
+
+    def judged(text):
+        return Cleaner(CleanConfig(sources=[SourceConfig(path="unused.jsonl")])).judge(RawDoc("a", text, "docs", None))
+    assert judged(tutorial).failure is None  # the tutorial's three captions
+    # the same line repeated in prose (no code after it) is FineWeb's duplicated line, as before
+    repeated = tutorial.replace("And the final result is:\n```python\n", "And the final result is here.\n"
+                                "```python\n").replace("is here.\n```python\nlog.write()\n```", "is here.")
+    assert judged(repeated).failure.reason == "fineweb_char_dup_ratio"
 
 
 def test_fenced_blocks_split_code_from_prose_and_an_unclosed_fence_runs_to_the_end():

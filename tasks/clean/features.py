@@ -104,26 +104,24 @@ def fenced_blocks(text: str) -> list[tuple[bool, str]]:
     return blocks
 
 
+def prose_blocks(text: str) -> list[tuple[str, bool]]:
+    """The text between a Markdown page's fenced code blocks, each with whether it leads into the code after it
+    (ends in a colon: "Run it with:")."""
+    blocks = fenced_blocks(text)
+    return [(block, block.endswith(":") and k + 1 < len(blocks)) for k, (is_code, block) in enumerate(blocks)
+            if not is_code]
+
+
 def without_fenced_code(text: str) -> str:
     """The prose of a Markdown page: its fenced code blocks left out, and the line that leads into one ("run it
     with:") ending its sentence, as it does with the code after it."""
-    blocks = fenced_blocks(text)
-    prose = []
-    for k, (is_code, block) in enumerate(blocks):
-        if is_code:
-            continue
-        if block.endswith(":") and k + 1 < len(blocks):
-            block = block[:-1] + "."
-        prose.append(block)
-    return "\n".join(prose)
+    return "\n".join(block[:-1] + "." if lead_in else block for block, lead_in in prose_blocks(text))
 
 
 def code_lead_ins(text: str) -> set[str]:
     """The lines that lead into a fenced code block, as `without_fenced_code` ends them ("Run it with."): the
     code's captions, which a tutorial repeats as a page repeats its headings."""
-    blocks = fenced_blocks(text)
-    return {block.rsplit("\n", 1)[-1].strip()[:-1] + "." for k, (is_code, block) in enumerate(blocks)
-            if not is_code and block.endswith(":") and k + 1 < len(blocks)}
+    return {block.rsplit("\n", 1)[-1].strip()[:-1] + "." for block, lead_in in prose_blocks(text) if lead_in}
 
 
 def ends_sentence(line: str) -> bool:

@@ -46,6 +46,7 @@ from model.mirror import Mirror
 from model.optimizer import with_optimizer
 from model.overlap_probe import async_overlap, inline_reduce_overlap
 from model.perf import device_name, memory_gb, mfu, peak_tflops
+from model.process_exit import exit_without_teardown
 from model.safe_load import force_weights_only
 from model.spec import Spec, TrainSpec
 from model.checkpoint import latest_complete
@@ -479,4 +480,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_without_teardown(main())

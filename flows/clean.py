@@ -1,6 +1,7 @@
 """The clean stage: read, normalize, tag, filter and deduplicate the corpus into kept/rejected Parquet."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from prefect import flow, task
@@ -43,6 +44,14 @@ def decontamination_rows(report: dict) -> list[dict]:
             for name, r in report.items()]
 
 
+def source_rule_rows(manifest: dict) -> list[dict]:
+    """One row per source judged with its own rule settings: the settings and the documents the rules rejected."""
+    return [{"outcome": "source's own rules", "rule": name, "reason": ", ".join(
+                f"{family}: {json.dumps(settings, sort_keys=True)}" for family, settings in rules.items()),
+             "documents": manifest["rejected_by_source"].get(name, 0), "characters": 0}
+            for name, rules in manifest.get("source_rules", {}).items()]  # a manifest from before it has none
+
+
 def clean_steps(run: StageRun, version: StageVersion) -> dict:
     cfg, out = run.cfg, run.dir("clean")
     clean_cfg, specs, work_dir = plan_task(cfg.clean, str(out))  # with the classifier's corpus sample, if any
@@ -53,7 +62,7 @@ def clean_steps(run: StageRun, version: StageVersion) -> dict:
     run.log_metrics({k: v for k, v in manifest.items() if k != "unreadable_files"})
     run.log_files(out, OUTPUTS, "clean")
     table_artifact(run, "clean", rule_table(out / "stats.parquet", manifest["unreadable_files"])
-                   + decontamination_rows(manifest["decontamination"]),
+                   + decontamination_rows(manifest["decontamination"]) + source_rule_rows(manifest),
                    f"Cleaning: {manifest['docs_in']} in = {manifest['kept']} kept + {manifest['rejected']} rejected"
                    f" ({manifest['shards']} shards, {manifest['shards_skipped']} reused)")
     return manifest

@@ -60,17 +60,10 @@ def test_ray_cluster_flow_matches_process_pool(ray_cluster, tmp_path, process_po
 
 def test_the_table_names_each_source_judged_with_its_own_rules_and_what_they_rejected(tmp_path):
     from flows.clean import source_rule_rows
-    from pretrain.config import CleanConfig, SourceConfig
     from tasks.clean.stage import run_clean
-    from tests.tasks.clean.test_stage import GOOD_LINE, LIST_MAIL, MAIL_RULES
+    from tests.tasks.clean.test_stage import web_and_mail_sources
 
-    for name in ("web", "mail"):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "in.jsonl").write_text(json.dumps({"text": LIST_MAIL}) + "\n" + GOOD_LINE.decode())
-    cfg = CleanConfig(sources=[SourceConfig(path=str(tmp_path / "web"), name="web"),
-                               SourceConfig(path=str(tmp_path / "mail"), name="mail", rules=MAIL_RULES)],
-                      dedup={"exact": False, "near": False})
-    manifest = run_clean(cfg, tmp_path / "clean")
+    manifest = run_clean(web_and_mail_sources(tmp_path), tmp_path / "clean")
     assert source_rule_rows(manifest) == [{"outcome": "source's own rules", "rule": "mail", "reason":
                                            'c4: {"mode": "tag"}, fineweb: {"mode": "tag"}', "documents": 0,
                                            "characters": 0}]

@@ -225,15 +225,21 @@ https://lists.example.org/mailman/listinfo/backup-users
 MAIL_RULES = {"c4": {"mode": "tag"}, "fineweb": {"mode": "tag"}}
 
 
-def test_a_source_judged_by_its_own_rule_settings_keeps_what_the_corpus_rules_cut(tmp_path):
-    from tasks.clean.shards import plan_shards
-
+def web_and_mail_sources(tmp_path) -> CleanConfig:
+    """The same two documents (the list mail, a good paragraph) in a source under clean.rules and in one with
+    MAIL_RULES; dedup off."""
     for name in ("web", "mail"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "in.jsonl").write_text(json.dumps({"text": LIST_MAIL}) + "\n" + GOOD_LINE.decode())
-    cfg = CleanConfig(sources=[SourceConfig(path=str(tmp_path / "web"), name="web"),
-                               SourceConfig(path=str(tmp_path / "mail"), name="mail", rules=MAIL_RULES)],
-                      dedup={"exact": False, "near": False})
+    return CleanConfig(sources=[SourceConfig(path=str(tmp_path / "web"), name="web"),
+                                SourceConfig(path=str(tmp_path / "mail"), name="mail", rules=MAIL_RULES)],
+                       dedup={"exact": False, "near": False})
+
+
+def test_a_source_judged_by_its_own_rule_settings_keeps_what_the_corpus_rules_cut(tmp_path):
+    from tasks.clean.shards import plan_shards
+
+    cfg = web_and_mail_sources(tmp_path)
     m = run_clean(cfg, tmp_path / "clean")
     assert m["rejected_by_source"] == {"web": 1, "mail": 0} and m["kept"] == 3
     assert m["rejected_by_reason"] == {"gopher_short_doc": 1} and m["source_rules"] == {"mail": MAIL_RULES}

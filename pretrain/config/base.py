@@ -29,6 +29,15 @@ class ConfigError(ValueError):
     """A configuration file that cannot be used; the message says what to fix."""
 
 
+def problem_of(error: dict) -> str:
+    """What one pydantic error says, in the words a config's reader needs (the key's place is said apart)."""
+    if error["type"] == "extra_forbidden":
+        return "unknown key; remove it or check its spelling"
+    if error["type"] == "missing":
+        return "required key is missing"
+    return error["msg"].removeprefix("Value error, ")
+
+
 class Strict(BaseModel):
     # inf / nan are refused in every float field (a learning rate of .inf validated before)
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)

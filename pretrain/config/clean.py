@@ -8,7 +8,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from pretrain.channels import KNOWN_CHANNELS, Channel, KnownChannel
 
-from pretrain.config.base import NO_EFFECT, Strict
+from pretrain.config.base import NO_EFFECT, Strict, problem_of
 
 
 class SourceConfig(Strict):
@@ -302,15 +302,9 @@ def rules_over(rules: RulesConfig, changes: dict[str, dict[str, Any]], where: st
         try:
             families[family] = type(current).model_validate({**current.model_dump(), **settings})
         except ValidationError as err:
-            raise ValueError("; ".join(f"{where}.rules.{'.'.join(map(str, (family, *e['loc'])))}: {_problem(e)}"
+            raise ValueError("; ".join(f"{where}.rules.{'.'.join(map(str, (family, *e['loc'])))}: {problem_of(e)}"
                                        for e in err.errors())) from None
     return rules.model_copy(update=families)
-
-
-def _problem(error: dict) -> str:
-    if error["type"] == "extra_forbidden":
-        return "unknown key; remove it or check its spelling"
-    return error["msg"].removeprefix("Value error, ")
 
 
 class CleanConfig(Strict):

@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from pretrain.config.base import SAFE_NAME, ConfigError, Strict
+from pretrain.config.base import SAFE_NAME, ConfigError, Strict, problem_of
 from pretrain.config.clean import CleanConfig
 from pretrain.config.evaluation import EvalConfig, ScalingConfig
 from pretrain.config.model import ModelConfig
@@ -76,14 +76,7 @@ def _describe(err: ValidationError) -> str:
     for e in err.errors():
         where = ".".join(str(p) for p in e["loc"]) or "(top level)"
         moved = moved_key_hint(e["loc"], e.get("input"))
-        if moved:
-            lines.append(f"  {where}: {moved}")
-        elif e["type"] == "extra_forbidden":
-            lines.append(f"  {where}: unknown key; remove it or check its spelling")
-        elif e["type"] == "missing":
-            lines.append(f"  {where}: required key is missing")
-        else:
-            lines.append(f"  {where}: {e['msg'].removeprefix('Value error, ')}")
+        lines.append(f"  {where}: {moved or problem_of(e)}")
     return "\n".join(lines)
 
 

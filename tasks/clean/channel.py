@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from tasks.clean.features import DocFeatures, without_fenced_code
+from tasks.clean.features import DocFeatures
 
 # markup is no language: HTML tags and entities, a Markdown link's or image's target, a bare URL
 _MARKUP = re.compile(r"<[^<>\n]{1,300}>|&[a-z]+;|\]\([^()\s]*\)|https?://\S+")
@@ -39,7 +39,7 @@ def without_markup(feats: DocFeatures) -> DocFeatures:
     characters is still Chinese, and so is one whose fenced code or citation block outweighs them."""
     text = feats.text
     if "```" in text or "~~~" in text:
-        prose = without_fenced_code(text)
+        prose = feats.prose_text
         text = prose if prose.strip() else text
     if "<" not in text and "](" not in text and "://" not in text and "&" not in text:
         return feats if text is feats.text else DocFeatures(text)

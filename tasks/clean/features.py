@@ -277,6 +277,12 @@ class DocFeatures:
         return "".join(text.split())
 
     @cached_property
+    def prose_text(self) -> str:
+        """The text without its Markdown fenced code (`without_fenced_code`): channel tagging and the prose rules
+        both read it, once."""
+        return without_fenced_code(self.text)
+
+    @cached_property
     def raw_lines(self) -> list[str]:
         return self.text.split("\n")
 

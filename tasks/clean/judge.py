@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pretrain.channels import CHANNELS
 from pretrain.config import CleanConfig
 from tasks.clean.channel import detect_channel
-from tasks.clean.features import DocFeatures, without_fenced_code
+from tasks.clean.features import DocFeatures
 from tasks.clean.normalize import normalize_text, to_simplified
 from tasks.clean.readers import RawDoc
 from tasks.clean.rules import Doc, Failure, build_rules, judge_rules
@@ -90,7 +90,7 @@ class Cleaner:
         a curly bracket and Gopher would count as words without stop words."""
         if not self.cfg.rules.c4.keep_fenced_code:
             return p.feats
-        prose = without_fenced_code(p.text)
+        prose = p.feats.prose_text
         return p.feats if prose == p.text else DocFeatures(prose)
 
     def emptied(self, channel: str, repairs: list[str]) -> Failure:

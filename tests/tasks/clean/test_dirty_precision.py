@@ -87,6 +87,32 @@ def test_the_contact_details_of_a_press_release_are_one_hit(tmp_path):
     assert judge(DirtyRule(DirtySettings()), excavators).failure.reason == "dirty_content"
 
 
+def test_the_sums_of_a_business_report_are_one_hit(tmp_path):
+    """A results report names a dozen sums in pounds. Counted one hit a sum, the BBC business and film reports of the
+    genre benchmark's tune half were removed (3 of 1,113); as the 'price' group they are kept. A prize SMS (a tune
+    row) is still removed: its premium number is evidence of its own."""
+    report = ("Quarterly profits at the retailer rose to £198m from £130m a year earlier, as sales grew 6% to £2.89bn. "
+              "The group beat its savings target, delivering £234m of cuts against the £220m it had aimed for, and "
+              "cut its debt to £160m from £610m. It plans a further £105m of savings next year but expects an £80m "
+              "charge for moving its head office. Analysts had forecast profits of about £185m. Shares rose 4p to "
+              "312p in early trading, and the board raised the final dividend, saying the year had begun well and "
+              "that it expected further gradual improvement in the second quarter.")
+    rule = DirtyRule(DirtySettings())
+    assert [hit for hit, _ in rule.patterns.hits(report)] == ["<price>"]
+    assert judge(rule, report).failure is None
+    ungrouped = tmp_path / "ungrouped.patterns.txt"
+    ungrouped.write_text("\n".join(line.removesuffix("\tprice") for path in builtin_paths(".patterns.txt")
+                                   for line in read_list(path)), encoding="utf-8")
+    one_a_sum = DirtyRule(DirtySettings())
+    one_a_sum.patterns = PatternSet.from_paths([str(ungrouped)])
+    assert judge(one_a_sum, report).failure.reason == "dirty_content"
+    with open(need_shared(CORPORA / "dirty" / "en_sms_spam_collection.tsv"), encoding="utf-8") as f:
+        rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))[1:]
+    label, prize = rows[188]
+    assert label == "spam" and "guaranteed £1000 cash or £5000 prize" in prize
+    assert judge(rule, prize).failure.reason == "dirty_content"
+
+
 def test_chinese_text_needs_the_chinese_density_and_english_text_the_english_one():
     """A Chinese character says about what three English letters say, so the same offers make a Chinese text about
     three times as dense. A real market report about discounts (cnews tune row) reaches 8 per 1000 characters, not

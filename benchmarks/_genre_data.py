@@ -164,6 +164,18 @@ def csv_column(column: int | str, header: bool) -> Callable[[list[Path]], Docs]:
     return read
 
 
+def text_files(files: list[Path]) -> Docs:
+    """Each file a document (a news article: its headline, a blank line, its paragraphs); UTF-8, or Latin-1 as
+    the BBC set was published (some copies convert only part of its files)."""
+    for f in files:
+        raw = f.read_bytes()
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            text = raw.decode("latin-1")
+        yield str(f), text.strip()
+
+
 def wikitext_articles(files: list[Path]) -> Docs:
     for f in files:
         text = f.read_text(encoding="utf-8").replace("\r\n", "\n")
@@ -178,6 +190,7 @@ SPAMASSASSIN = "stdlib-js/datasets-spam-assassin@1b84d49ab4b28092ead009b3ceeb67a
 DEEPSPEED = "deepspeedai/DeepSpeed@edaa7221267243c7be7fb49c5d5f5c4fb97b4641"
 SANGUO = "zhangbiqiong/sanguoyanyi@054f22a1397ad29561ae9f998785780feaecc510"
 CHAR_RNN = "karpathy/char-rnn@6f9487a6fe5b420b7ca9afb0d7c078e37c1d1b4e"
+BBC = "dejanbatanjac/bbc-article-classify-bert@8265dc84e88b82b87ce7f5b2df5bbbb1159ae922"  # D. Greene's BBC set
 
 SOURCES = [
     Source("zh law (311 national laws, by chapter)", "zh", True, LAOSHENG, "DiamonWoo+Laosheng.top/falv/flk.npc",
@@ -207,8 +220,13 @@ SOURCES = [
     Source("en fiction (Shakespeare's plays, 20 speeches a document)", "en", True, CHAR_RNN,
            "karpathy+char-rnn/data/tinyshakespeare/input.txt", "",
            "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed", play_scenes),
-    Source("en news (AG News)", "en", True, "shared/corpora", "en/ag_news_test.csv", "", None,
-           csv_column(0, False), True),
+    Source("en news (BBC News articles, 2004-2005)", "en", True, BBC, "dejanbatanjac+bbc-article-classify-bert/bbc",
+           "*/*.txt", "681c0cdb92598f15dae8001bcf2c937a38a8ae3cb9f6f2fa167185d8584887ef", text_files),
+    # AG News gives a headline and the first sentence or two of a story, some cut off with '...': 99% are under the
+    # length minimum, and the few judged are leads C4 drops as cut off. Its dirty-rule figure counts; the news genre's
+    # keep target is the BBC's whole articles.
+    Source("en news leads (AG News: a headline and a sentence or two)", "en", False, "shared/corpora",
+           "en/ag_news_test.csv", "", None, csv_column(0, False), True),
     Source("en encyclopedia (WikiText-2)", "en", True, "shared/corpora", "en/wikitext2_test.raw", "", None,
            wikitext_articles, True),
     Source("en web (Common Crawl pages)", "en", False, "shared/corpora",

@@ -35,3 +35,4 @@ extract stdlib-js/datasets-spam-assassin 1b84d49ab4b28092ead009b3ceeb67ae525289d
 extract deepspeedai/DeepSpeed edaa7221267243c7be7fb49c5d5f5c4fb97b4641 blogs docs/_tutorials
 extract zhangbiqiong/sanguoyanyi 054f22a1397ad29561ae9f998785780feaecc510 三国演义.txt
 extract karpathy/char-rnn 6f9487a6fe5b420b7ca9afb0d7c078e37c1d1b4e data/tinyshakespeare
+extract dejanbatanjac/bbc-article-classify-bert 8265dc84e88b82b87ce7f5b2df5bbbb1159ae922 bbc

@@ -1,5 +1,5 @@
-"""The genre benchmark's readers cut documents where the genre does: a law's chapters, a page's sections."""
-from benchmarks._genre_data import markdown_split, zh_law_chapters
+"""The genre benchmark's readers cut documents where the genre does: a law's chapters, a page's sections, a file."""
+from benchmarks._genre_data import markdown_split, text_files, zh_law_chapters
 
 LAW = """中华人民共和国示例法
 目录
@@ -29,3 +29,12 @@ def test_a_comment_inside_a_fenced_code_block_does_not_start_a_section():
     page = "# Launch\nRun it on every node:\n```bash\n# hostfile\nworker-1 slots=8\n```\n## Next\nMore text."
     assert markdown_split(page) == ["# Launch\nRun it on every node:\n```bash\n# hostfile\nworker-1 slots=8\n```",
                                     "## Next\nMore text."]
+
+
+def test_an_article_file_is_read_as_utf8_or_as_the_latin1_it_was_published_in(tmp_path):
+    """The BBC set's copy converted part of its files to UTF-8; the rest are Latin-1 (a pound sign is byte 0xA3)."""
+    (tmp_path / "001.txt").write_bytes("Profits up\n\nSales rose to £2.89bn.\n".encode("utf-8"))
+    (tmp_path / "002.txt").write_bytes("Windfall\n\nMembers share £42m.\n".encode("latin-1"))
+    docs = list(text_files([tmp_path / "001.txt", tmp_path / "002.txt"]))
+    assert [text for _, text in docs] == ["Profits up\n\nSales rose to £2.89bn.", "Windfall\n\nMembers share £42m."]
+    assert docs[0][0] != docs[1][0]  # each file its own unit: tune and held-out never share an article

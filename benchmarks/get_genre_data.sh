@@ -5,7 +5,7 @@
 #   bash benchmarks/get_genre_data.sh DEST [MIRRORS]
 #
 # MIRRORS: a folder of bare clones as `<owner>+<name>/repo` (read instead of cloning from GitHub when present).
-# Only text files are extracted (.txt .csv .md); files a mirror lacks are skipped and then fail the hash check.
+# Only text files are extracted (.txt .csv .md .xml); files a mirror lacks are skipped and then fail the hash check.
 set -euo pipefail
 dest=${1:?usage: get_genre_data.sh DEST [MIRRORS]}
 mirrors=${2:-}
@@ -21,7 +21,7 @@ extract() {  # repo commit paths...
   fi
   git -c core.quotepath=false --git-dir="$git_dir" ls-tree -r --name-only "$commit" -- "$@" |
     while IFS= read -r path; do
-      case "$path" in *.txt | *.csv | *.md) ;; *) continue ;; esac
+      case "$path" in *.txt | *.csv | *.md | *.xml) ;; *) continue ;; esac
       mkdir -p "$dest/$name/$(dirname "$path")"
       git --git-dir="$git_dir" show "$commit:$path" >"$dest/$name/$path" 2>/dev/null ||
         { rm -f "$dest/$name/$path"; echo "not in $git_dir: $path" >&2; }
@@ -36,3 +36,5 @@ extract deepspeedai/DeepSpeed edaa7221267243c7be7fb49c5d5f5c4fb97b4641 blogs doc
 extract zhangbiqiong/sanguoyanyi 054f22a1397ad29561ae9f998785780feaecc510 三国演义.txt
 extract karpathy/char-rnn 6f9487a6fe5b420b7ca9afb0d7c078e37c1d1b4e data/tinyshakespeare
 extract dejanbatanjac/bbc-article-classify-bert 8265dc84e88b82b87ce7f5b2df5bbbb1159ae922 bbc
+extract Matteo-Malve/RAGMedAssist-INLPT-WS2023 d599652b130e6462fb3d60fcedf4c13ad819980a project/data/pubmed_data.csv
+extract kevswanberg/beer_tentrr 9573647bff33c61bdce2f07a9000a4098fd3074d Posts.xml

@@ -1,5 +1,6 @@
-"""The genre benchmark's readers cut documents where the genre does: a law's chapters, a page's sections, a file."""
-from benchmarks._genre_data import markdown_split, text_files, zh_law_chapters
+"""The genre benchmark's readers cut documents where the genre does: a law's chapters, a page's sections, a file,
+an abstract under its title, a forum question with its answers."""
+from benchmarks._genre_data import markdown_split, pubmed_abstracts, stack_exchange_threads, text_files, zh_law_chapters
 
 LAW = """中华人民共和国示例法
 目录
@@ -38,3 +39,35 @@ def test_an_article_file_is_read_as_utf8_or_as_the_latin1_it_was_published_in(tm
     docs = list(text_files([tmp_path / "001.txt", tmp_path / "002.txt"]))
     assert [text for _, text in docs] == ["Profits up\n\nSales rose to £2.89bn.", "Windfall\n\nMembers share £42m."]
     assert docs[0][0] != docs[1][0]  # each file its own unit: tune and held-out never share an article
+
+
+def test_an_abstract_is_read_under_its_title_and_a_row_without_one_is_left_out(tmp_path):
+    (tmp_path / "pubmed.csv").write_text(
+        "PMID,Title,Abstract,Authors,Publication Date,DOI\n"
+        '1,Sleep and memory.,"We studied 50 students. Sleep helped, as expected.",A B,2020-01-01,10.1/x\n'
+        "2,A title with no abstract.,,C D,2020-01-02,10.1/y\n", encoding="utf-8")
+    assert list(pubmed_abstracts([tmp_path / "pubmed.csv"])) == [
+        ("1", "Sleep and memory.\n\nWe studied 50 students. Sleep helped, as expected.")]
+
+
+POSTS = """<?xml version="1.0" encoding="utf-8"?>
+<posts>
+  <row Id="1" PostTypeId="1" Title="Ale or lager?" Body="&lt;p&gt;Is there a difference in how they are made?&lt;/p&gt;" />
+  <row Id="2" PostTypeId="2" ParentId="1" Score="1" Body="&lt;p&gt;The yeast, mostly.&lt;/p&gt;" />
+  <row Id="3" PostTypeId="2" ParentId="1" Score="7" Body="&lt;p&gt;Ale yeast works warm:&lt;/p&gt;&lt;ul&gt;&lt;li&gt;10-25 C&lt;/li&gt;&lt;/ul&gt;" />
+  <row Id="4" PostTypeId="1" Title="Unanswered &amp; alone" Body="&lt;p&gt;Anyone?&lt;/p&gt;" />
+</posts>
+"""
+
+
+def test_a_forum_thread_is_its_question_then_its_answers_best_first_as_text(tmp_path):
+    """Stack Exchange's Posts.xml keeps each post's HTML; a thread reads as its page's text would: the title, the
+    question, then the answers by score, with no tag or entity left."""
+    (tmp_path / "Posts.xml").write_text(POSTS, encoding="utf-8")
+    threads = dict(stack_exchange_threads([tmp_path / "Posts.xml"]))
+    assert list(threads) == ["1", "4"]
+    page = threads["1"]
+    assert page.index("Ale or lager?") < page.index("Is there a difference") < page.index("Ale yeast works warm") \
+        < page.index("The yeast, mostly.")
+    assert "10-25 C" in page and "<" not in page and "&" not in page
+    assert threads["4"].startswith("Unanswered & alone")

@@ -251,7 +251,7 @@ SOURCES = [
            email_bodies),
     Source("en medical (PubMed abstracts on intelligence, 2013-2023)", "en", True, PUBMED,
            "Matteo-Malve+RAGMedAssist-INLPT-WS2023/project/data/pubmed_data.csv", "", "2603dedfe0964fd20cede3a63071684d870fb7eaa0f4a1b9cedb463f0d78887b", pubmed_abstracts),
-    Source("en forum Q&A (Beer Stack Exchange, a question with its answers)", "en", True, BEER_SE,
+    Source("en forum Q&A (Beer Stack Exchange, a thread each)", "en", True, BEER_SE,
            "kevswanberg+beer_tentrr/Posts.xml", "", "37a93b290a79c20ee14127febfadb18e58a172e39f732f690512c1dac4da8777", stack_exchange_threads),
     Source("en technical docs (DeepSpeed tutorials, by section)", "en", True, DEEPSPEED,
            "deepspeedai+DeepSpeed/docs", "_tutorials/*.md",

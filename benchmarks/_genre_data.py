@@ -190,7 +190,10 @@ def pubmed_abstracts(files: list[Path]) -> Docs:
 def stack_exchange_threads(files: list[Path]) -> Docs:
     """Each question with its answers (best scored first), as a forum page reads once its HTML is text: the
     project's own extractor (resiliparse, the clean stage's WARC reader), the question's id as the unit."""
-    from resiliparse.extract.html2text import extract_plain_text  # the optional 'warc' extra, as the stage
+    try:
+        from resiliparse.extract.html2text import extract_plain_text  # the optional 'warc' extra, as the stage's
+    except ImportError:
+        raise ImportError("forum threads are HTML: pip install 'pretrain-pipeline[warc]' (resiliparse)") from None
 
     for f in files:
         questions, answers = {}, {}
@@ -250,9 +253,11 @@ SOURCES = [
            "33dddf6098f2b4bacee92aed5bed9bb82a8416be47e3a678ab806dd148bf6600",
            email_bodies),
     Source("en medical (PubMed abstracts on intelligence, 2013-2023)", "en", True, PUBMED,
-           "Matteo-Malve+RAGMedAssist-INLPT-WS2023/project/data/pubmed_data.csv", "", "2603dedfe0964fd20cede3a63071684d870fb7eaa0f4a1b9cedb463f0d78887b", pubmed_abstracts),
+           "Matteo-Malve+RAGMedAssist-INLPT-WS2023/project/data/pubmed_data.csv", "",
+           "2603dedfe0964fd20cede3a63071684d870fb7eaa0f4a1b9cedb463f0d78887b", pubmed_abstracts),
     Source("en forum Q&A (Beer Stack Exchange, a thread each)", "en", True, BEER_SE,
-           "kevswanberg+beer_tentrr/Posts.xml", "", "37a93b290a79c20ee14127febfadb18e58a172e39f732f690512c1dac4da8777", stack_exchange_threads),
+           "kevswanberg+beer_tentrr/Posts.xml", "",
+           "37a93b290a79c20ee14127febfadb18e58a172e39f732f690512c1dac4da8777", stack_exchange_threads),
     Source("en technical docs (DeepSpeed tutorials, by section)", "en", True, DEEPSPEED,
            "deepspeedai+DeepSpeed/docs", "_tutorials/*.md",
            "7de9cf693777a85114ea306268e54f771d2d3df39bb68ead772c96f712aa2ed1", markdown_sections),

@@ -1,5 +1,6 @@
 """What the genre benchmark counts apart as short: the rules' own length minimums, judged on the text as read."""
-from benchmarks.genre_keep import under_length_minimum
+from benchmarks._genre_data import Source
+from benchmarks.genre_keep import load_genre, under_length_minimum
 from pretrain.config import RulesConfig
 
 ZH_PROSE = ("清晨的菜市场总是最热闹的地方。卖豆腐的阿姨把刚做好的豆腐摆在木板上，冒着淡淡的热气；隔壁的鱼摊老板一边吆喝，"
@@ -52,3 +53,17 @@ def test_the_curated_run_judges_its_sources_with_their_own_rules(tmp_path):
     removed, kept_chars = judged(texts, tmp_path, None, "clean-own-rules", CURATED_RULES)
     assert removed == {"en e-mail (ham)": {}} and kept_chars["en e-mail (ham)"][0] > 0.9 * len(LIST_MAIL)
     assert "en e-mail (ham)".startswith(CURATED) and not "en e-mail spam vs ham (SpamAssassin) ham".startswith(CURATED)
+
+
+def test_a_genre_whose_reader_lacks_its_package_is_left_out_with_the_fix(tmp_path):
+    """The forum threads need resiliparse (the 'warc' extra): without it that genre is named with the install
+    command, and the other genres still run."""
+    (tmp_path / "Posts.xml").write_text("<posts />", encoding="utf-8")
+
+    def needs_a_package(files):
+        raise ImportError("forum threads are HTML: pip install 'pretrain-pipeline[warc]' (resiliparse)")
+        yield
+
+    source = Source("en forum (test)", "en", True, "test", "Posts.xml", "", None, needs_a_package)
+    assert load_genre(source, tmp_path, tmp_path) == \
+        "not read: forum threads are HTML: pip install 'pretrain-pipeline[warc]' (resiliparse)"

@@ -67,10 +67,14 @@ def test_preflight_plans_the_auto_settings_and_training_logs_measured_next_to_pr
     kept = json.loads((run_root / "train" / "comm_plan.json").read_text())
     assert kept["choice"] == plan["choice"] and kept["chosen"]["comm_share"] > 0
     metrics = {m["step"]: m for m in read_jsonl(run_root / "train" / "metrics.jsonl")}
+    params = json.loads((run_root / "preflight" / "profile" / PROFILE_FILE).read_text())["params"]
+    # a reduction issued before the backward's last node is one the plan chose: buckets that split the gradients
+    # (when preflight's probe measured compute hiding inline all-reduces) or ZeRO-3's reduce-scatters
+    in_backward = kept["choice"]["bucket"] < params or kept["choice"]["zero_stage"] == 3
     for step in (2, 4):  # one step in comm_profile_every is profiled
         m = metrics[step]
         assert 0 < m["comm_share"] < 1 and m["comm_s"] > 0
-        assert m["comm_overlap_share"] == 0  # gloo hides nothing, so the plan keeps one bucket: none in the backward
+        assert (0 < m["comm_overlap_share"] < 1) if in_backward else m["comm_overlap_share"] == 0
         assert m["predicted_comm_share"] == kept["chosen"]["comm_share"]
         assert m["predicted_step_s"] == kept["chosen"]["step_s"]
     assert "comm_s" not in metrics[1] and "comm_s" not in metrics[3]

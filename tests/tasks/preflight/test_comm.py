@@ -74,7 +74,7 @@ def test_preflight_plans_the_auto_settings_and_training_logs_measured_next_to_pr
     for step in (2, 4):  # one step in comm_profile_every is profiled
         m = metrics[step]
         assert 0 < m["comm_share"] < 1 and m["comm_s"] > 0
-        assert (0 < m["comm_overlap_share"] < 1) if in_backward else m["comm_overlap_share"] == 0
+        assert (0 < m["comm_overlap_share"] < 1) if in_backward else m["comm_overlap_share"] == 0, kept["choice"]
         assert m["predicted_comm_share"] == kept["chosen"]["comm_share"]
         assert m["predicted_step_s"] == kept["chosen"]["step_s"]
     assert "comm_s" not in metrics[1] and "comm_s" not in metrics[3]

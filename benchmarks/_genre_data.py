@@ -189,11 +189,9 @@ def pubmed_abstracts(files: list[Path]) -> Docs:
 
 def stack_exchange_threads(files: list[Path]) -> Docs:
     """Each question with its answers (best scored first), as a forum page reads once its HTML is text: the
-    project's own extractor (resiliparse, the clean stage's WARC reader), the question's id as the unit."""
-    try:
-        from resiliparse.extract.html2text import extract_plain_text  # the optional 'warc' extra, as the stage's
-    except ImportError:
-        raise ImportError("forum threads are HTML: pip install 'pretrain-pipeline[warc]' (resiliparse)") from None
+    project's own extractor (the clean stage's WARC reader: resiliparse, a quote marked "> "), the question's id as
+    the unit."""
+    from tasks.clean.warc import html_text  # raises, naming the 'warc' extra, without resiliparse
 
     for f in files:
         questions, answers = {}, {}
@@ -208,8 +206,7 @@ def stack_exchange_threads(files: list[Path]) -> Docs:
             row.clear()
         for qid, question in questions.items():
             page = question + "".join(f"<hr>{body}" for _, body in sorted(answers.get(qid, [])))
-            yield qid, extract_plain_text(f"<html><body>{page}</body></html>", preserve_formatting=True,
-                                          main_content=False).strip()
+            yield qid, html_text(f"<html><body>{page}</body></html>", main_content=False).strip()
 
 
 def wikitext_articles(files: list[Path]) -> Docs:

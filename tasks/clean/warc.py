@@ -8,27 +8,78 @@ would lose records silently.
 from __future__ import annotations
 
 import gzip
+import re
 from typing import Iterator
 
 TEXT_TYPES = ("text/html", "application/xhtml+xml", "text/plain")
 CONTENT_SCHEMES = ("http://", "https://", "ftp://", "file://")
+# a private-use character marks quoted text through the extractor; one in the page itself is dropped first
+QUOTE_MARK = "\ue000"
+_QUOTE_MARKS = re.compile(QUOTE_MARK + "+")
+_MARKED = "data-pretrain-quote"
 
 
 def _modules():
     try:
         from fastwarc.warc import ArchiveIterator, WarcRecordType
-        from resiliparse.extract.html2text import extract_plain_text
         from resiliparse.parse.encoding import bytes_to_str, detect_encoding
     except ImportError:
         raise ImportError("WARC input needs fastwarc and resiliparse: pip install 'pretrain-pipeline[warc]'") from None
-    return ArchiveIterator, WarcRecordType, extract_plain_text, bytes_to_str, detect_encoding
+    return ArchiveIterator, WarcRecordType, bytes_to_str, detect_encoding
+
+
+def html_text(html: str, main_content: bool) -> str:
+    """The visible text of an HTML page (resiliparse), a <blockquote>'s lines marked "> " per depth as a quoted
+    e-mail reply is: a forum answer that quotes the question, or a reply quoting a post, then reads as a quote,
+    not as the page repeating its own lines (boilerplate to the duplicate-line rules)."""
+    try:
+        from resiliparse.extract.html2text import extract_plain_text
+        from resiliparse.parse.html import HTMLTree
+    except ImportError:
+        raise ImportError("HTML input needs resiliparse: pip install 'pretrain-pipeline[warc]'") from None
+    tree = HTMLTree.parse(html.replace(QUOTE_MARK, ""))
+    quoted = False
+    # the outermost quote not yet marked, found by the parser's own selector: a walk of the whole page in Python
+    # would cost more than the extraction (resiliparse's node lists are quadratic in their length)
+    while (quote := tree.document.query_selector(f"blockquote:not([{_MARKED}])")) is not None:
+        _mark_quote(quote)
+        quoted = True
+    text = extract_plain_text(tree, preserve_formatting=True, main_content=main_content)
+    return "\n".join(_quoted_line(line) for line in text.split("\n")) if quoted else text
+
+
+def _mark_quote(quote) -> None:
+    """Each text inside the blockquote starts, and goes on after each of its line breaks (<pre>), with one mark per
+    enclosing blockquote; the blockquotes are marked done. Walked by first child and next sibling, iteratively (a
+    page may nest deeper than Python recurses)."""
+    from resiliparse.parse.html import NodeType
+    stack = [(quote, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if node.type == NodeType.TEXT:
+            if node.text.strip():
+                node.node_value = QUOTE_MARK * depth + node.text.replace("\n", "\n" + QUOTE_MARK * depth)
+            continue
+        if node.type == NodeType.ELEMENT and node.tag == "blockquote":
+            node.setattr(_MARKED, "")
+            depth += 1
+        child = node.first_child
+        while child is not None:
+            stack.append((child, depth))
+            child = child.next
+
+
+def _quoted_line(line: str) -> str:
+    depth = max(map(len, _QUOTE_MARKS.findall(line)), default=0)
+    line = line.replace(QUOTE_MARK, "")
+    return "> " * depth + line if depth and line.strip() else line
 
 
 def read_warc(f, path: str, make_doc, gzipped: bool | None = None) -> Iterator:
     """make_doc(doc_id, text, problem) builds the RawDoc. Every record is accounted for: non-text responses and
     records that hold no page (warcinfo, request, metadata, revisit, a crawler's own files kept as resources
     under metadata:// URIs) are rejected documents with a reason, never dropped and never text."""
-    ArchiveIterator, T, extract_plain_text, bytes_to_str, detect_encoding = _modules()
+    ArchiveIterator, T, bytes_to_str, detect_encoding = _modules()
     gzipped = path.endswith(".gz") if gzipped is None else gzipped
     stream = gzip.GzipFile(fileobj=f) if gzipped else f
     for record in ArchiveIterator(stream, record_types=T.any_type, parse_http=True, stream_detect=False):
@@ -47,7 +98,7 @@ def read_warc(f, path: str, make_doc, gzipped: bool | None = None) -> Iterator:
         charset = (record.http_charset if record.is_http else None) or detect_encoding(body)
         text = bytes_to_str(body, charset)
         if content_type.startswith(("text/html", "application/xhtml")):
-            text = extract_plain_text(text, preserve_formatting=True, main_content=True)
+            text = html_text(text, main_content=True)
         yield make_doc(doc_id, text, None)
 
 

@@ -53,7 +53,7 @@ def test_an_abstract_is_read_under_its_title_and_a_row_without_one_is_left_out(t
 POSTS = """<?xml version="1.0" encoding="utf-8"?>
 <posts>
   <row Id="1" PostTypeId="1" Title="Ale or lager?" Body="&lt;p&gt;Is there a difference in how they are made?&lt;/p&gt;" />
-  <row Id="2" PostTypeId="2" ParentId="1" Score="1" Body="&lt;p&gt;The yeast, mostly.&lt;/p&gt;" />
+  <row Id="2" PostTypeId="2" ParentId="1" Score="1" Body="&lt;blockquote&gt;&lt;p&gt;Is there a difference?&lt;/p&gt;&lt;/blockquote&gt;&lt;p&gt;The yeast, mostly.&lt;/p&gt;" />
   <row Id="3" PostTypeId="2" ParentId="1" Score="7" Body="&lt;p&gt;Ale yeast works warm:&lt;/p&gt;&lt;ul&gt;&lt;li&gt;10-25 C&lt;/li&gt;&lt;/ul&gt;" />
   <row Id="4" PostTypeId="1" Title="Unanswered &amp; alone" Body="&lt;p&gt;Anyone?&lt;/p&gt;" />
 </posts>
@@ -62,7 +62,8 @@ POSTS = """<?xml version="1.0" encoding="utf-8"?>
 
 def test_a_forum_thread_is_its_question_then_its_answers_best_first_as_text(tmp_path):
     """Stack Exchange's Posts.xml keeps each post's HTML; a thread reads as its page's text would: the title, the
-    question, then the answers by score, with no tag or entity left."""
+    question, then the answers by score, with no tag or entity left; a quote reads "> " as the clean stage's WARC
+    reader writes it."""
     (tmp_path / "Posts.xml").write_text(POSTS, encoding="utf-8")
     threads = dict(stack_exchange_threads([tmp_path / "Posts.xml"]))
     assert list(threads) == ["1", "4"]
@@ -70,4 +71,5 @@ def test_a_forum_thread_is_its_question_then_its_answers_best_first_as_text(tmp_
     assert page.index("Ale or lager?") < page.index("Is there a difference") < page.index("Ale yeast works warm") \
         < page.index("The yeast, mostly.")
     assert "10-25 C" in page and "<" not in page and "&" not in page
+    assert "\n> Is there a difference?\n" in page
     assert threads["4"].startswith("Unanswered & alone")

@@ -89,3 +89,47 @@ def test_a_crawlers_own_records_and_error_pages_are_rejected_with_a_reason(tmp_p
     assert [d.problem for d in docs] == ["warc_warcinfo_record", "warc_metadata_record", "warc_metadata_record",
                                          "warc_http_not_ok", None, "warc_metadata_record", None]
     assert docs[-1].text == "a file kept as a resource: real text" and all(d.text == "" for d in docs if d.problem)
+
+
+QUESTION = ("Can a porter be brewed with smoked malt without tasting like a campfire?")
+THREAD = f"""<html><body><h1>Smoked malt in a porter</h1>
+<p>{QUESTION}</p>
+<p>I brewed a robust porter last winter and liked it, but the recipe I have now swaps a third of the base malt for
+beech-smoked malt. The brewer who gave it to me says the smoke fades after a month in the bottle. I would like to
+know whether that is true before I buy ten kilos of it.</p>
+<hr>
+<blockquote><p>{QUESTION}</p></blockquote>
+<p>Yes, and a third of the grist is about where the smoke starts to lead. Start with a tenth of the grist and
+taste the beer after three weeks. Beech-smoked malt is milder than peat-smoked malt, which you should keep out of
+a porter altogether. The smoke does fade with time, but the roast of the porter hides it sooner than the bottle
+does.</p>
+</body></html>"""
+
+
+def test_a_forum_answer_quoting_the_question_is_a_quote_and_the_thread_is_kept(tmp_path):
+    """An answer that quotes the question reads "> " as a quoted e-mail reply does; as plain lines the page repeats
+    a line, which FineWeb's duplicate-character rule takes for boilerplate and removes the thread."""
+    from pretrain.config import CleanConfig
+    from tasks.clean.judge import Cleaner
+    from tasks.clean.readers import RawDoc
+    from tasks.clean.warc import html_text
+
+    path = tmp_path / "forum.warc"
+    path.write_bytes(record("response", "http://forum.example/q/1",
+                            http(THREAD.encode(), "text/html; charset=utf-8"), "application/http; msgtype=response"))
+    (page,), _ = read(path)
+    assert f"\n> {QUESTION}\n" in page.text and page.text.count(QUESTION) == 2
+    cleaner = Cleaner(CleanConfig(sources=[{"path": str(path)}], dedup={"exact": False, "near": False}))
+    assert cleaner.judge(page).failure is None
+    unquoted = RawDoc("unquoted", page.text.replace(f"> {QUESTION}", QUESTION), "forum", None)
+    assert cleaner.judge(unquoted).failure.reason == "fineweb_char_dup_ratio"
+    assert html_text(THREAD, main_content=False) == html_text(THREAD, main_content=True)
+
+
+def test_nested_quotes_and_preformatted_lines_keep_their_depth():
+    from tasks.clean.warc import QUOTE_MARK, html_text
+
+    text = html_text(f"<p>Top {QUOTE_MARK}line.</p><blockquote><p>Outer.</p><blockquote><p>Inner <b>bold</b>.</p>"
+                     "</blockquote><pre>first\nsecond</pre></blockquote><p>After.</p>", main_content=False)
+    assert text.split("\n") == ["Top line.", "", "> Outer.", "", "> > Inner bold.", "", "> first", "> second",
+                                "", "After."]

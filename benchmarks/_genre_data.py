@@ -193,6 +193,12 @@ def stack_exchange_threads(files: list[Path]) -> Docs:
     the unit."""
     from tasks.clean.warc import html_text  # raises, naming the 'warc' extra, without resiliparse
 
+    for qid, page in stack_exchange_pages(files):
+        yield qid, html_text(page, main_content=False).strip()
+
+
+def stack_exchange_pages(files: list[Path]) -> Iterator[tuple[str, str]]:
+    """(question id, the thread as one HTML page: the title, the question, the answers best scored first)."""
     for f in files:
         questions, answers = {}, {}
         for _, row in ElementTree.iterparse(f):
@@ -206,7 +212,7 @@ def stack_exchange_threads(files: list[Path]) -> Docs:
             row.clear()
         for qid, question in questions.items():
             page = question + "".join(f"<hr>{body}" for _, body in sorted(answers.get(qid, [])))
-            yield qid, html_text(f"<html><body>{page}</body></html>", main_content=False).strip()
+            yield qid, f"<html><body>{page}</body></html>"
 
 
 def wikitext_articles(files: list[Path]) -> Docs:

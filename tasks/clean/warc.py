@@ -16,7 +16,10 @@ CONTENT_SCHEMES = ("http://", "https://", "ftp://", "file://")
 # a private-use character marks quoted text through the extractor; one in the page itself is dropped first
 QUOTE_MARK = "\ue000"
 _QUOTE_MARKS = re.compile(QUOTE_MARK + "+")
+_MARKED_LINE = re.compile(f"^.*{QUOTE_MARK}.*$", re.MULTILINE)
 _MARKED = "data-pretrain-quote"
+_BLOCKQUOTE = re.compile("<blockquote", re.IGNORECASE)
+_PREFORMATTED = ("pre", "textarea", "listing", "plaintext", "xmp")  # their line breaks are lines of the text
 
 
 def _modules():
@@ -37,6 +40,8 @@ def html_text(html: str, main_content: bool) -> str:
         from resiliparse.parse.html import HTMLTree
     except ImportError:
         raise ImportError("HTML input needs resiliparse: pip install 'pretrain-pipeline[warc]'") from None
+    if _BLOCKQUOTE.search(html) is None:
+        return extract_plain_text(html, preserve_formatting=True, main_content=main_content)
     tree = HTMLTree.parse(html.replace(QUOTE_MARK, ""))
     quoted = False
     # the outermost quote not yet marked, found by the parser's own selector: a walk of the whole page in Python
@@ -45,34 +50,38 @@ def html_text(html: str, main_content: bool) -> str:
         _mark_quote(quote)
         quoted = True
     text = extract_plain_text(tree, preserve_formatting=True, main_content=main_content)
-    return "\n".join(_quoted_line(line) for line in text.split("\n")) if quoted else text
+    return _MARKED_LINE.sub(_quoted_line, text) if quoted else text
 
 
 def _mark_quote(quote) -> None:
-    """Each text inside the blockquote starts, and goes on after each of its line breaks (<pre>), with one mark per
-    enclosing blockquote; the blockquotes are marked done. Walked by first child and next sibling, iteratively (a
-    page may nest deeper than Python recurses)."""
+    """Each text inside the blockquote starts with one mark per enclosing blockquote, and so does each line of
+    preformatted text in it; the blockquotes are marked done. Walked by first child and next sibling, iteratively
+    (a page may nest deeper than Python recurses)."""
     from resiliparse.parse.html import NodeType
-    stack = [(quote, 0)]
+    stack = [(quote, 0, False)]
     while stack:
-        node, depth = stack.pop()
+        node, depth, pre = stack.pop()
         if node.type == NodeType.TEXT:
             if node.text.strip():
-                node.node_value = QUOTE_MARK * depth + node.text.replace("\n", "\n" + QUOTE_MARK * depth)
+                marks = QUOTE_MARK * depth
+                node.node_value = marks + (node.text.replace("\n", "\n" + marks) if pre else node.text)
             continue
-        if node.type == NodeType.ELEMENT and node.tag == "blockquote":
-            node.setattr(_MARKED, "")
-            depth += 1
+        if node.type == NodeType.ELEMENT:
+            pre = pre or node.tag in _PREFORMATTED
+            if node.tag == "blockquote":
+                node.setattr(_MARKED, "")
+                depth += 1
         child = node.first_child
         while child is not None:
-            stack.append((child, depth))
+            stack.append((child, depth, pre))
             child = child.next
 
 
-def _quoted_line(line: str) -> str:
-    depth = max(map(len, _QUOTE_MARKS.findall(line)), default=0)
+def _quoted_line(match: re.Match) -> str:
+    line = match.group()
+    depth = max(map(len, _QUOTE_MARKS.findall(line)))
     line = line.replace(QUOTE_MARK, "")
-    return "> " * depth + line if depth and line.strip() else line
+    return "> " * depth + line if line.strip() else line
 
 
 def read_warc(f, path: str, make_doc, gzipped: bool | None = None) -> Iterator:

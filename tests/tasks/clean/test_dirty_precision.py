@@ -278,3 +278,18 @@ def test_channel_models_need_enough_of_both_labels():
     with pytest.raises(ValueError, match="both spam and ham"):
         from tasks.clean.spam_model import SpamModel
         SpamModel([(False, "只有正常短信")] * 30)
+
+
+def test_unsubscribing_is_news_and_only_the_sms_footer_is_an_advert():
+    """退订 alone is also a report of a campaign to unsubscribe from paper statements (a cnews article of the tune
+    half was removed for it, with its prize winners); the advert's evidence is the SMS footer, reply T or TD to
+    unsubscribe, however it is written."""
+    report = ("本报讯 某基金公司日前公布了“退订纸质账单”活动第二期的中奖客户名单，奖品将于近日寄出。据该公司负责人介绍，活动"
+              "开展两个多月以来，得到了基金持有人的积极响应，已有四千多名客户主动退订了纸质对账单，改为每月接收一期电子对账单，"
+              "既节约了纸张，也让客户更及时地了解自己的账户。")
+    rule = DirtyRule(DirtySettings())
+    assert judge(rule, report).failure is None
+    for footer in ("回T退订", "回TD退订", "回复TD退订", "回复 N 退订"):
+        advert = f"【某某商城】周年庆全场5折起，满300减100，先到先得！{footer}"
+        assert judge(rule, advert).failure.reason == "dirty_content", footer
+        assert any(hit.startswith("回") for hit, _ in rule.patterns.hits(advert)), footer

@@ -13,8 +13,10 @@ from typing import Iterator
 
 TEXT_TYPES = ("text/html", "application/xhtml+xml", "text/plain")
 CONTENT_SCHEMES = ("http://", "https://", "ftp://", "file://")
-# a private-use character marks quoted text through the extractor; one in the page itself is dropped first
+# a private-use character marks quoted text through the extractor; one in the page itself (written or as a
+# character reference) is dropped first
 QUOTE_MARK = "\ue000"
+_PAGE_MARK = re.compile(QUOTE_MARK + r"|&#(?:x0*e000|0*57344);?", re.IGNORECASE)
 _QUOTE_MARKS = re.compile(QUOTE_MARK + "+")
 _MARKED_LINE = re.compile(f"^.*{QUOTE_MARK}.*$", re.MULTILINE)
 _MARKED = "data-pretrain-quote"
@@ -42,7 +44,7 @@ def html_text(html: str, main_content: bool) -> str:
         raise ImportError("HTML input needs resiliparse: pip install 'pretrain-pipeline[warc]'") from None
     if _BLOCKQUOTE.search(html) is None:
         return extract_plain_text(html, preserve_formatting=True, main_content=main_content)
-    tree = HTMLTree.parse(html.replace(QUOTE_MARK, ""))
+    tree = HTMLTree.parse(_PAGE_MARK.sub("", html))
     quoted = False
     # the outermost quote not yet marked, found by the parser's own selector: a walk of the whole page in Python
     # would cost more than the extraction (resiliparse's node lists are quadratic in their length)

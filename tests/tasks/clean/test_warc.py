@@ -129,7 +129,7 @@ def test_a_forum_answer_quoting_the_question_is_a_quote_and_the_thread_is_kept(t
 def test_nested_quotes_and_preformatted_lines_keep_their_depth():
     from tasks.clean.warc import QUOTE_MARK, html_text
 
-    text = html_text(f"<p>Top {QUOTE_MARK}line.</p><blockquote><p>Outer.</p><blockquote><p>Inner <b>bold</b>.</p>"
+    text = html_text(f"<p>Top {QUOTE_MARK}line&#xE000;&#57344;.</p><blockquote><p>Outer.</p><blockquote><p>Inner <b>bold</b>.</p>"
                      "</blockquote><pre>first\nsecond</pre></blockquote><p>After.</p>", main_content=False)
     assert text.split("\n") == ["Top line.", "", "> Outer.", "", "> > Inner bold.", "", "> first", "> second",
                                 "", "After."]

@@ -2,15 +2,15 @@
 
     bash benchmarks/get_genre_data.sh DIR && python benchmarks/html_quotes.py --data DIR [--repeats 5]
 
-The pages are Beer Stack Exchange's threads (the genre benchmark's forum genre, every thread, no halves: nothing
-here is judged), each a question and its answers as one HTML page. Each page is made text by resiliparse alone
-(`extract_plain_text`, as the WARC reader called it before) and by `html_text` (the same call, a blockquote's
-lines marked "> "), main content only as the WARC reader asks; per page the median of --repeats runs of
-each, one extractor after the other. Printed: the pages with and without a quote, the median time per page of each extractor and their
-ratio, the median time the clean stage's rules (every rule at its defaults) take to judge the page's text, and the
-extra time of marking as a share of it; and the pages whose text differs other than by the marks and runs of blank
-lines (must be 0: the marks change nothing else). Targets: the extra time is under 5% of the judging time, with
-and without a quote; no page differs.
+The pages are Beer Stack Exchange's threads (the genre benchmark's forum genre, every thread, no halves: no keep
+rate is scored here), each a question and its answers as one HTML page. Each page is made text by resiliparse
+alone (`extract_plain_text`, as the WARC reader called it before) and by `html_text` (the same call, a
+blockquote's lines marked "> "), main content only as the WARC reader asks; per page the median of --repeats runs
+of each, one extractor after the other. Printed: the pages with and without a quote, the median time per page of
+each extractor and their ratio, the median time the clean stage's rules (every rule at its defaults) take to judge
+the page's text, and the extra time of marking as a share of it; and the pages whose text differs other than by
+the marks and runs of blank lines (must be 0: the marks change nothing else). Targets: the extra time is under 5%
+of the judging time, with and without a quote; no page differs.
 """
 from __future__ import annotations
 

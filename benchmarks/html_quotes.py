@@ -4,8 +4,8 @@
 
 The pages are Beer Stack Exchange's threads (the genre benchmark's forum genre, every thread, no halves: no keep
 rate is scored here), each a question and its answers as one HTML page. Each page is made text by resiliparse
-alone (`extract_plain_text`, as the WARC reader called it before) and by `html_text` (the same call, a
-blockquote's lines marked "> "), main content only as the WARC reader asks; per page the median of --repeats runs
+alone (`extract_plain_text`, called as `html_text` calls it: main content only, no image's alternative text) and
+by `html_text` (the same call, a blockquote's lines marked "> "); per page the median of --repeats runs
 of each, one extractor after the other. Printed: the pages with and without a quote, the median time per page of
 each extractor and their ratio, the median time the clean stage's rules (every rule at its defaults) take to judge
 the page's text, and the extra time of marking as a share of it; and the pages whose text differs other than by
@@ -57,7 +57,7 @@ def main() -> int:
     from resiliparse.extract.html2text import extract_plain_text
 
     def plain(page: str) -> str:
-        return extract_plain_text(page, preserve_formatting=True, main_content=True)
+        return extract_plain_text(page, preserve_formatting=True, main_content=True, alt_texts=False)
 
     def marked(page: str) -> str:
         return html_text(page, main_content=True)

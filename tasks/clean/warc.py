@@ -36,14 +36,17 @@ def _modules():
 def html_text(html: str, main_content: bool) -> str:
     """The visible text of an HTML page (resiliparse), a <blockquote>'s lines marked "> " per depth as a quoted
     e-mail reply is: a forum answer that quotes the question, or a reply quoting a post, then reads as a quote,
-    not as the page repeating its own lines (boilerplate to the duplicate-line rules)."""
+    not as the page repeating its own lines (boilerplate to the duplicate-line rules). An image's alternative text
+    is left out, as datatrove's resiliparse extractor leaves it: it is no sentence of the page, and inside a
+    paragraph ("... a whole slew of them now. enter image description here") it cut the paragraph's end, for
+    which C4 removes the paragraph."""
     try:
         from resiliparse.extract.html2text import extract_plain_text
         from resiliparse.parse.html import HTMLTree
     except ImportError:
         raise ImportError("HTML input needs resiliparse: pip install 'pretrain-pipeline[warc]'") from None
     if _BLOCKQUOTE.search(html) is None:
-        return extract_plain_text(html, preserve_formatting=True, main_content=main_content)
+        return extract_plain_text(html, preserve_formatting=True, main_content=main_content, alt_texts=False)
     tree = HTMLTree.parse(_PAGE_MARK.sub("", html))
     quoted = False
     # the outermost quote not yet marked, found by the parser's own selector: a walk of the whole page in Python
@@ -51,7 +54,7 @@ def html_text(html: str, main_content: bool) -> str:
     while (quote := tree.document.query_selector(f"blockquote:not([{_MARKED}])")) is not None:
         _mark_quote(quote)
         quoted = True
-    text = extract_plain_text(tree, preserve_formatting=True, main_content=main_content)
+    text = extract_plain_text(tree, preserve_formatting=True, main_content=main_content, alt_texts=False)
     return _MARKED_LINE.sub(_quoted_line, text) if quoted else text
 
 

@@ -133,3 +133,19 @@ def test_nested_quotes_and_preformatted_lines_keep_their_depth():
                      "</blockquote><pre>first\nsecond</pre></blockquote><p>After.</p>", main_content=False)
     assert text.split("\n") == ["Top line.", "", "> Outer.", "", "> > Inner bold.", "", "> first", "> second",
                                 "", "After."]
+
+
+def test_an_images_alternative_text_is_not_part_of_the_paragraph_it_sits_in():
+    """Stack Exchange's editor writes "enter image description here" as the alt text of every picture; inside a
+    paragraph it left the paragraph without its end, which C4 then removed."""
+    from pretrain.config import RulesConfig
+    from tasks.clean.rules.english import c4_filter_lines
+    from tasks.clean.warc import html_text
+
+    paragraph = ("<p>I have always enjoyed a gin and tonic, and there is a whole slew of new gins now. "
+                 "<img src=\"gins.png\" alt=\"enter image description here\"></p>")
+    for page in (paragraph, paragraph + "<blockquote><p>A quote.</p></blockquote>"):
+        text = html_text(f"<html><body>{page}</body></html>", main_content=False)
+        assert "enter image description" not in text
+        kept, removed = c4_filter_lines(text, RulesConfig().c4)
+        assert kept.startswith("I have always enjoyed") and removed["no_terminal_punct"] == 0

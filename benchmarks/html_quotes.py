@@ -28,7 +28,7 @@ from benchmarks._genre_data import stack_exchange_pages  # noqa: E402
 from pretrain.config import CleanConfig  # noqa: E402
 from tasks.clean.judge import Cleaner  # noqa: E402
 from tasks.clean.readers import RawDoc  # noqa: E402
-from tasks.clean.warc import html_text  # noqa: E402
+from tasks.clean.warc import EXTRACT_SETTINGS, html_text  # noqa: E402
 
 POSTS = "kevswanberg+beer_tentrr/Posts.xml"
 MAX_EXTRA_SHARE = 0.05
@@ -57,7 +57,7 @@ def main() -> int:
     from resiliparse.extract.html2text import extract_plain_text
 
     def plain(page: str) -> str:
-        return extract_plain_text(page, preserve_formatting=True, main_content=True, alt_texts=False)
+        return extract_plain_text(page, main_content=True, **EXTRACT_SETTINGS)
 
     def marked(page: str) -> str:
         return html_text(page, main_content=True)
@@ -72,8 +72,9 @@ def main() -> int:
     for _, page in stack_exchange_pages([args.data / POSTS]):
         quoted = "<blockquote" in page.lower()
         base, ours = median_time(plain, page, args.repeats), median_time(marked, page, args.repeats)
-        rows[quoted].append((base, ours, median_time(judge, marked(page), args.repeats)))
-        differs += unmarked(marked(page)) != unmarked(plain(page))
+        text = marked(page)
+        rows[quoted].append((base, ours, median_time(judge, text, args.repeats)))
+        differs += unmarked(text) != unmarked(plain(page))
     print(f"{'pages':16s} {'n':>5s} {'resiliparse ms':>15s} {'html_text ms':>13s} {'ratio':>6s} {'judge ms':>9s} "
           f"{'extra/judge':>12s}  target")
     ok = differs == 0

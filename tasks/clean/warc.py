@@ -22,6 +22,8 @@ _MARKED_LINE = re.compile(f"^.*{QUOTE_MARK}.*$", re.MULTILINE)
 _MARKED = "data-pretrain-quote"
 _BLOCKQUOTE = re.compile("<blockquote", re.IGNORECASE)
 _PREFORMATTED = ("pre", "textarea", "listing", "plaintext", "xmp")  # their line breaks are lines of the text
+# how html_text calls resiliparse's extract_plain_text (with main_content as its caller asks)
+EXTRACT_SETTINGS = {"preserve_formatting": True, "alt_texts": False}
 
 
 def _modules():
@@ -46,16 +48,15 @@ def html_text(html: str, main_content: bool) -> str:
     except ImportError:
         raise ImportError("HTML input needs resiliparse: pip install 'pretrain-pipeline[warc]'") from None
     if _BLOCKQUOTE.search(html) is None:
-        return extract_plain_text(html, preserve_formatting=True, main_content=main_content, alt_texts=False)
+        return extract_plain_text(html, main_content=main_content, **EXTRACT_SETTINGS)
     tree = HTMLTree.parse(_PAGE_MARK.sub("", html))
-    quoted = False
     # the outermost quote not yet marked, found by the parser's own selector: a walk of the whole page in Python
     # would cost more than the extraction (resiliparse's node lists are quadratic in their length)
     while (quote := tree.document.query_selector(f"blockquote:not([{_MARKED}])")) is not None:
         _mark_quote(quote)
-        quoted = True
-    text = extract_plain_text(tree, preserve_formatting=True, main_content=main_content, alt_texts=False)
-    return _MARKED_LINE.sub(_quoted_line, text) if quoted else text
+    text = extract_plain_text(tree, main_content=main_content, **EXTRACT_SETTINGS)
+    # the page's own marks were dropped: a mark in the text is a quote's
+    return _MARKED_LINE.sub(_quoted_line, text) if QUOTE_MARK in text else text
 
 
 def _mark_quote(quote) -> None:

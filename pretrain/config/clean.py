@@ -133,6 +133,9 @@ class FineWebSettings(Strict):
     short_line_length: int = 30
     char_duplicates_ratio: float = Field(0.01, description="max share of characters in duplicated lines")
     new_line_ratio: float = Field(0.3, description="max newlines per word")
+    count_title_echo: bool = Field(False, description="count a first line repeated as the next one (a page's "
+                                   "title over a heading or a question that repeats it) as a duplicated line, as "
+                                   "FineWeb did; off: the echo is not boilerplate")
     join_wrapped_lines: bool = Field(True, description=JOIN_WRAPPED_DOC + " in the line shares; off: each line "
                                      "alone, as FineWeb did")
 

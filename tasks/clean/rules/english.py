@@ -163,8 +163,10 @@ class FineWebRule(Rule):
         short = sum(len(line) <= s.short_line_length for line in lines) / n_lines
         out.check("short_line_ratio", short, short <= s.short_line_thr)
         captions = code_lead_ins(doc.text) if doc.prose is not doc.feats else set()
-        dup_chars = find_duplicates([line for line in lines if line not in captions])[1] / \
-            max(f.n_chars - f.text.count("\n"), 1)
+        judged = [line for line in lines if line not in captions]
+        if not s.count_title_echo and len(judged) > 1 and judged[0] == judged[1]:
+            judged = judged[1:]  # a title over the heading or question that repeats it: said once, not boilerplate
+        dup_chars = find_duplicates(judged)[1] / max(f.n_chars - f.text.count("\n"), 1)
         out.check("char_dup_ratio", dup_chars, dup_chars <= s.char_duplicates_ratio)
         list_ratio = f.text.count("\n") / max(len(f.words), 1)
         out.check("list_ratio", list_ratio, list_ratio <= s.new_line_ratio)

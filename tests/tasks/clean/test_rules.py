@@ -287,6 +287,20 @@ def test_a_caption_repeated_before_each_code_block_is_no_duplicated_line_but_a_r
     assert judged(repeated).failure.reason == "fineweb_char_dup_ratio"
 
 
+def test_a_title_over_the_question_that_repeats_it_is_said_once_but_a_line_repeated_later_is_a_duplicate():
+    # a thread's title, then its question opening with the same line (Stack Exchange, a Q&A page's <h1>)
+    title = "Why does the lighthouse keeper wind the clock every evening?"
+    body = EN_GOOD.replace(". ", ".\n")  # a paragraph a line, so Gopher's duplicated lines stay under 30%
+    thread = f"{title}\n{title}\n{body}"
+    assert reason(thread) is None
+    assert reason(thread, fineweb={"count_title_echo": True}) == "fineweb_char_dup_ratio"  # FineWeb's reading
+    # the same line away from the title (a footer, a repeated banner) still counts
+    assert reason(f"{title}\n{body}\n{title}") == "fineweb_char_dup_ratio"
+    # and a title said three times is one echo and one duplicate
+    assert reason(f"{title}\n{title}\n{body}\n{title}", gopher_repetition={"mode": "off"}) == \
+        "fineweb_char_dup_ratio"
+
+
 def test_fenced_blocks_split_code_from_prose_and_an_unclosed_fence_runs_to_the_end():
     text = "Intro.\n```\ncode()\n```\nMiddle.\n~~~sh\nrun"
     assert fenced_blocks(text) == [(False, "Intro."), (True, "```\ncode()\n```"), (False, "Middle."),

@@ -2,8 +2,9 @@
 
     python benchmarks/genre_keep.py --data DIR [--shared ../shared] [--score held-out|tune] [--show-removed N]
 
-Genres (benchmarks/_genre_data.py: Chinese laws, poetry, technical docs, news, encyclopedia, reviews; English
-e-mail, technical docs, news, encyclopedia, web pages) from public repositories at fixed commits, checked by
+Genres (benchmarks/_genre_data.py: Chinese laws, poetry, medicine books, technical docs, fiction, news,
+encyclopedia, reviews; English e-mail, medical abstracts, forum threads, technical docs, government regulation,
+fiction, news, encyclopedia, web pages) from public repositories at fixed commits, checked by
 hash, read from DIR (`<owner>+<name>/<path>`), and from the shared corpora; labeled spam/ham sets from the shared
 corpora and SpamAssassin. Each is split into tune (even units: a law, a page, an e-mail, a poem) and held-out
 (odd units) halves, held-out documents that copy a tune document or each other (exact or MinHash near-duplicate)

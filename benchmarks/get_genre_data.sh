@@ -11,8 +11,8 @@ dest=${1:?usage: get_genre_data.sh DEST [MIRRORS]}
 mirrors=${2:-}
 mkdir -p "$dest"
 
-extract() {  # repo commit paths...
-  local repo=$1 commit=$2 name=${1/\//+} git_dir
+extract() {  # repo commit paths...   (KEEP: a regex the paths must match, when set)
+  local repo=$1 commit=$2 name=${1/\//+} git_dir keep=${KEEP:-}
   shift 2
   git_dir=$mirrors/$name/repo
   if [[ -z "$mirrors" || ! -d "$git_dir" ]]; then
@@ -21,6 +21,7 @@ extract() {  # repo commit paths...
   fi
   git -c core.quotepath=false --git-dir="$git_dir" ls-tree -r --name-only "$commit" -- "$@" |
     while IFS= read -r path; do
+      [[ -z "$keep" || "$path" =~ $keep ]] || continue
       case "$path" in *.txt | *.csv | *.md | *.xml) ;; *) continue ;; esac
       mkdir -p "$dest/$name/$(dirname "$path")"
       git --git-dir="$git_dir" show "$commit:$path" >"$dest/$name/$path" 2>/dev/null ||
@@ -38,3 +39,6 @@ extract karpathy/char-rnn 6f9487a6fe5b420b7ca9afb0d7c078e37c1d1b4e data/tinyshak
 extract dejanbatanjac/bbc-article-classify-bert 8265dc84e88b82b87ce7f5b2df5bbbb1159ae922 bbc
 extract Matteo-Malve/RAGMedAssist-INLPT-WS2023 d599652b130e6462fb3d60fcedf4c13ad819980a project/data/pubmed_data.csv
 extract kevswanberg/beer_tentrr 9573647bff33c61bdce2f07a9000a4098fd3074d Posts.xml
+# every twentieth book of the collection (005, 025, ... 685): its 700 books are 157 MB
+KEEP='^[0-9][02468]5-[^/]*[.]txt$' extract xiaopangxia/TCM-Ancient-Books db0155dc7c42b9c6b3736896661f317c7110038f .
+extract Accord-Project/accord-nlp ac1cc17f0231d37289d2eec5fe2874d0730b7c7d data/lm/uk_building_codes/txt_processed

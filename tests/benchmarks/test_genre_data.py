@@ -1,6 +1,7 @@
 """The genre benchmark's readers cut documents where the genre does: a law's chapters, a page's sections, a file,
-an abstract under its title, a forum question with its answers."""
-from benchmarks._genre_data import markdown_split, pubmed_abstracts, stack_exchange_threads, text_files, zh_law_chapters
+an abstract under its title, a forum question with its answers, a medicine book's sections, a run of paragraphs."""
+from benchmarks._genre_data import (markdown_split, paragraph_runs, pubmed_abstracts, stack_exchange_threads,
+                                    tcm_book_sections, text_files, zh_law_chapters)
 
 LAW = """中华人民共和国示例法
 目录
@@ -73,3 +74,46 @@ def test_a_forum_thread_is_its_question_then_its_answers_best_first_as_text(tmp_
     assert "10-25 C" in page and "<" not in page and "&" not in page
     assert "\n> Is there a difference?\n" in page
     assert threads["4"].startswith("Unanswered & alone")
+
+
+TCM_BOOK = """<篇名>示例本草
+书名：示例本草
+作者：某人  
+朝代：清  
+
+
+
+<目录>
+
+<篇名>丹砂
+
+内容：\\x《御览》卷九百八十五\\x 
+味甘，微寒。主身体五脏百病，养精神，安魂魄，益气明 
+目。\\p05-a1.bmp 
+
+久服通神明，不老。 
+
+
+
+<目录>玉石类
+
+<篇名>云母
+
+属性：味甘，平。 
+"""
+
+
+def test_a_medicine_book_is_cut_into_its_sections_with_wrapped_lines_joined(tmp_path):
+    """The collection wraps lines at a fixed width: a sentence cut across lines reads whole again; a blank line
+    still parts paragraphs; the book's card, category lines and the collection's marks are not text."""
+    (tmp_path / "001-示例本草.txt").write_bytes(TCM_BOOK.encode("gb18030"))
+    docs = list(tcm_book_sections([tmp_path / "001-示例本草.txt"]))
+    assert docs == [("001-示例本草.txt", "丹砂\n内容：《御览》卷九百八十五味甘，微寒。主身体五脏百病，养精神，安魂魄，益气明目。\n"
+                                        "久服通神明，不老。"),
+                    ("001-示例本草.txt", "云母\n属性：味甘，平。")]
+
+
+def test_a_text_file_is_cut_every_n_paragraphs_the_file_its_unit(tmp_path):
+    (tmp_path / "doc.txt").write_text("A1. One.\n\nTwo.\n\n\n\nThree.\n\nFour.\n\nFive.", encoding="utf-8")
+    docs = list(paragraph_runs(2)([tmp_path / "doc.txt"]))
+    assert docs == [("doc.txt", "A1. One.\n\nTwo."), ("doc.txt", "Three.\n\nFour."), ("doc.txt", "Five.")]

@@ -102,6 +102,11 @@ class GopherRepetitionSettings(Strict):
     dup_para_char_frac: float = 0.2
     top_n_grams: dict[int, float] = Field(default_factory=lambda: {2: 0.2, 3: 0.18, 4: 0.16})
     dup_n_grams: dict[int, float] = Field(default_factory=lambda: {5: 0.15, 6: 0.14, 7: 0.13, 8: 0.12, 9: 0.11, 10: 0.10})
+    count_formulaic_n_grams: bool = Field(False, description="false: a repeated n-gram of prose (one holding a "
+                                          "stop word) counts only inside a sentence that copies an earlier one, so "
+                                          "a clause that legal or technical text repeats across sentences that "
+                                          "differ is not boilerplate (markup and word lists count as before); "
+                                          "true: every repeated n-gram counts (Gopher's reading)")
 
 
 class C4Settings(Strict):

@@ -4,6 +4,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from functools import cached_property
+from typing import Callable
 
 import numpy as np
 
@@ -242,19 +243,52 @@ def top_ngram_chars(units: list[str], n: int, joiner: str = " ") -> int:
     return len(gram) * count if count > 1 else 0
 
 
-def dup_ngram_chars(units: list[str], n: int) -> int:
-    """Characters inside n-grams that already occurred (non-overlapping), as in Gopher."""
+def dup_ngram_chars(units: list[str], n: int, counts: Callable[[int, tuple], bool] | None = None) -> int:
+    """Characters inside n-grams that already occurred (non-overlapping), as in Gopher; with `counts`, only the
+    repeated n-grams it accepts (given the n-gram's position and its units)."""
     seen: set[tuple] = set()
     repeated, i = 0, 0
     while i <= len(units) - n:
         gram = tuple(units[i:i + n])
-        if gram in seen:
+        if gram in seen and (counts is None or counts(i, gram)):
             repeated += sum(len(u) for u in gram)
             i += n
         else:
             seen.add(gram)
             i += 1
     return repeated
+
+
+# an English sentence ends at a mark followed by a space (a line break ends one too: lines are split first)
+_EN_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def sentence_words(lines: list[str]) -> list[tuple[str, ...]]:
+    """The words of each sentence of the lines, in order (words as DocFeatures.words counts them)."""
+    sentences = []
+    for line in lines:
+        for sentence in _EN_SENTENCE_END.split(line):
+            words = tuple(t for t in _TOKEN.findall(sentence)
+                          if t[0].isalnum() or (t[0] == "_" and any(c.isalnum() for c in t)))
+            if words:
+                sentences.append(words)
+    return sentences
+
+
+def copied_dup_ngram_chars(sentences: list[tuple[str, ...]], n: int, prose_words: set[str]) -> int:
+    """dup_ngram_chars where a repeated n-gram of prose (holding one of `prose_words`) counts only when its words
+    all lie in sentences that copy an earlier sentence: a clause that legal or technical text repeats across
+    sentences that differ ("where the rail on the wall adjacent to the WC is set ...", item after item) is formula,
+    while boilerplate and spam copy whole sentences. A repeated n-gram without such a word (markup attributes, a
+    list of names or numbers) counts wherever it is, as in Gopher."""
+    seen_sentences: set[tuple[str, ...]] = set()
+    words: list[str] = []
+    in_copy: list[bool] = []
+    for sentence in sentences:
+        words.extend(sentence)
+        in_copy.extend([sentence in seen_sentences] * len(sentence))
+        seen_sentences.add(sentence)
+    return dup_ngram_chars(words, n, lambda i, gram: all(in_copy[i:i + n]) or not prose_words & set(gram))
 
 
 class DocFeatures:

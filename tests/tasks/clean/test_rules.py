@@ -3,9 +3,9 @@ import pytest
 
 from pretrain.config import NormalizeConfig, RulesConfig
 from tasks.clean.channel import detect_channel
-from tasks.clean.features import (DocFeatures, code_lead_ins, doubled_span, dup_char_ngram_chars, dup_ngram_chars,
-                                  dup_sentence_chars, fenced_blocks, find_duplicates, top_ngram_chars,
-                                  without_fenced_code)
+from tasks.clean.features import (DocFeatures, code_lead_ins, copied_dup_ngram_chars, doubled_span,
+                                  dup_char_ngram_chars, dup_ngram_chars, dup_sentence_chars, fenced_blocks,
+                                  find_duplicates, sentence_words, top_ngram_chars, without_fenced_code)
 from tasks.clean.normalize import normalize_text, to_simplified
 from tasks.clean.rules import Doc, build_rules, judge_rules
 from tasks.clean.rules.dirty import DomainBlocklist, Lexicon, PatternSet, builtin_paths
@@ -90,6 +90,40 @@ def test_gopher_alpha_ratio_is_over_words_not_punctuation_marks():
 def test_gopher_repetition():
     assert reason("\n".join([EN_GOOD[:80] + "."] * 6 + [EN_GOOD]), "en") == "gopher_repetition_dup_line_frac"
     assert reason(EN_GOOD + " " + " ".join(["the lens and the wick"] * 12), "en").startswith("gopher_repetition_")
+
+
+RAIL_ITEMS = ["at the minimum spacing from the wall, a second rail is fitted on the open side.",
+              "so that its centre line is 400mm from the basin, no second rail is needed.",
+              "higher than 800mm above the floor, the seat is raised to match it.",
+              "behind a radiator, the radiator is guarded so that it cannot burn a hand."]
+REGULATION = ("5.10  A wheelchair-accessible washroom should comply with all of the following. The fittings are "
+              "placed so that a person seated in a wheelchair can reach each of them without help.\n"
+              + "\n".join(f"{'abcd'[k]}.  The rail is checked where the horizontal support rail on the wall next to "
+                          f"the basin is set {item}" for k, item in enumerate(RAIL_ITEMS)))
+
+
+def test_a_clause_a_regulation_repeats_across_its_list_items_is_formula_but_a_copied_sentence_counts():
+    """Building regulations (the genre benchmark's UK guidance) repeat a requirement's clause item after item, in
+    sentences that differ: Gopher's repeated 5-grams read that as boilerplate."""
+    assert reason(REGULATION, "en") is None
+    assert reason(REGULATION, "en", gopher_repetition={"count_formulaic_n_grams": True}) == \
+        "gopher_repetition_dup_5_gram"  # Gopher's reading
+    # spam that copies whole sentences is still repetition (the line checks off, so only the n-grams judge)
+    copied = REGULATION + "\n" + "\n".join(["Call 0800 555 0199 today and ask for the free rail."] * 6)
+    only_n_grams = {"dup_line_frac": 1, "dup_line_char_frac": 1, "dup_para_char_frac": 1, "dup_para_frac": 1}
+    assert reason(copied, "en", gopher_repetition=only_n_grams, fineweb={"mode": "off"}) == \
+        "gopher_repetition_dup_5_gram"
+
+
+def test_copied_n_grams_count_prose_only_in_copied_sentences_and_markup_anywhere():
+    stop = {"the", "and", "to", "of"}
+    formula = sentence_words(["Fit the rail to the wall of the room by day.", "Fit the rail to the wall of the hall."])
+    assert dup_ngram_chars([w for s in formula for w in s], 5) > 0  # Gopher: "Fit the rail to the" repeats
+    assert copied_dup_ngram_chars(formula, 5, stop) == 0
+    copy = sentence_words(["Buy the pills of the year now.", "Buy the pills of the year now."])
+    assert copied_dup_ngram_chars(copy, 5, stop) == len("Buythepillsofthe")
+    markup = sentence_words(["TD width 470 height 111 colSpan 4", "TD width 470 height 111 colSpan 2"])
+    assert copied_dup_ngram_chars(markup, 5, stop) == len("TDwidth470height111")
 
 
 def test_repetition_helpers():

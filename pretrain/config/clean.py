@@ -118,6 +118,9 @@ class C4Settings(Strict):
                                    "and set aside when the English rules (C4, Gopher, FineWeb) judge the page: code "
                                    "has no sentences and has curly brackets; off: its lines are judged as prose")
     drop_lines_without_terminal_punct: bool = True
+    keep_list_clauses: bool = Field(True, description="a list item that ends its clause rather than its sentence "
+                                    "(\"(a) safely; and\", \"b. the walls;\") counts as ended, as regulations "
+                                    "and contracts draft a sentence as a list; off: dropped, as C4 did")
     min_words_per_line: int = 3
     max_word_length: int = 1000
     drop_javascript_lines: bool = True

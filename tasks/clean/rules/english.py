@@ -103,11 +103,17 @@ def prose_lines_kept(text: str, s, removed: dict[str, int], leads_into_code: boo
     return "\n".join(kept)
 
 
+# an item of a drafted list ("(a)", "b.", "(iii)", "(2)", "- ") that ends its clause, not its sentence:
+# "(a) safely; and" is one clause of the sentence the list makes, as regulations, contracts and standards draft
+_LIST_CLAUSE = re.compile(r"(?:\(?[a-z]{1,4}\)|[a-z]\.|\(?\d{1,3}[.)]|[-*+•])\s.*(?:;|; and|; or)$")
+
+
 def c4_line_failure(line: str, s) -> str | None:
     words = line.split()
     if any(len(w) > s.max_word_length for w in words):
         return "long_word"
-    if s.drop_lines_without_terminal_punct and (not ends_sentence(line) or line.endswith("...")):
+    ends = ends_sentence(line) or (s.keep_list_clauses and _LIST_CLAUSE.match(line) is not None)
+    if s.drop_lines_without_terminal_punct and (not ends or line.endswith("...")):
         return "no_terminal_punct"
     if len(words) < s.min_words_per_line:
         return "few_words"

@@ -115,6 +115,22 @@ def test_a_clause_a_regulation_repeats_across_its_list_items_is_formula_but_a_co
         "gopher_repetition_dup_5_gram"
 
 
+def test_a_drafted_list_item_that_ends_its_clause_is_kept_and_a_line_that_stops_is_not():
+    """Regulations draft one sentence as a list: "(a) safely; and (b) without ... ." C4 dropped every item but the
+    last for its missing full stop."""
+    requirement = ("A1.  (1)  The building shall be constructed so that the loads are sustained:\n\n"
+                   "(a)  safely; and\n\n"
+                   "(b)  without causing such deflection of any part of the building as will impair it.")
+    kept, removed = c4_filter_lines(requirement, RulesConfig().c4)
+    assert "(a)  safely; and" in kept and removed["no_terminal_punct"] == 1  # the lead-in "...sustained:" only
+    kept, removed = c4_filter_lines(requirement, RulesConfig(c4={"keep_list_clauses": False}).c4)
+    assert "(a)  safely; and" not in kept and removed["no_terminal_punct"] == 2  # C4's reading
+    # a line that is not a list item, or an item cut off without a clause's end, is still dropped
+    for line in ("Opening hours; and", "b.  minimum cavity width", "- over 400 applications"):
+        kept, _ = c4_filter_lines(f"{line}\n\n{EN_GOOD}", RulesConfig().c4)
+        assert line not in kept
+
+
 def test_copied_n_grams_count_prose_only_in_copied_sentences_and_markup_anywhere():
     stop = {"the", "and", "to", "of"}
     formula = sentence_words(["Fit the rail to the wall of the room by day.", "Fit the rail to the wall of the hall."])

@@ -305,9 +305,9 @@ SOURCES = [
            "7de9cf693777a85114ea306268e54f771d2d3df39bb68ead772c96f712aa2ed1", markdown_sections),
     # The text of PDFs as published: a run of paragraphs often holds a diagram's or a table's labels cut loose
     # ("Fd Fd F F 7.5m max."), which C4 and Gopher drop as they should: on the tune half (pdf_text_removals.py)
-    # 157 of the 199 removed runs have a quarter or more of their paragraphs such labels (under five words, no
+    # 156 of the 190 removed runs have a quarter or more of their paragraphs such labels (under five words, no
     # sentence end; 36% of the kept runs do). So its figure says what a PDF source costs and the keep target is not
-    # set on it. The other 42 are prose (docs/clean.md, "A repeated clause is not a copied sentence").
+    # set on it. The other 34 are prose (docs/clean.md, "A repeated clause is not a copied sentence").
     Source("en government regulation (UK building regulations' guidance, PDF text, 20 paragraphs)", "en", False,
            UK_BUILDING, "Accord-Project+accord-nlp/data/lm/uk_building_codes/txt_processed", "*.txt",
            "122dbe3c2b0ffc8037a9f923685af4f43fd9fe5c6e377be28dd598b621e5f218",

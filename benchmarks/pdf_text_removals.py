@@ -6,7 +6,8 @@ The genre benchmark's UK building regulations' guidance (benchmarks/_genre_data.
 benchmarks/get_genre_data.sh DIR` fetches it) is PDF text, cut every 20 paragraphs. On its tune half only (the
 held-out half is genre_keep.py's), every run goes through the clean stage at the defaults; a run counts as
 labels when a quarter or more of its paragraphs are a label (under five words, no sentence end: "Fd", "See para
-2.10"; a short list item with no end, "a. safely; and", counts too). Prints the removed and the kept runs by that measure, and the rules that removed the runs that are prose.
+2.10"; a short list item with no end, "a. safely; and", counts too). Prints the removed and the kept runs by
+that measure, and the rules that removed the runs that are prose.
 """
 from __future__ import annotations
 

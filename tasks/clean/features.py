@@ -276,11 +276,11 @@ def sentence_words(lines: list[str]) -> list[tuple[str, ...]]:
 
 
 def copied_dup_ngram_chars(sentences: list[tuple[str, ...]], n: int, prose_words: set[str]) -> int:
-    """dup_ngram_chars where a repeated n-gram of prose (holding one of `prose_words`) counts only when its words
-    all lie in sentences that copy an earlier sentence: a clause that legal or technical text repeats across
-    sentences that differ ("where the rail on the wall adjacent to the WC is set ...", item after item) is formula,
-    while boilerplate and spam copy whole sentences. A repeated n-gram without such a word (markup attributes, a
-    list of names or numbers) counts wherever it is, as in Gopher."""
+    """dup_ngram_chars where a repeated n-gram of prose (holding one of `prose_words` as written, in lower case, as
+    inside a sentence) counts only when its words all lie in sentences that copy an earlier sentence: a clause that
+    legal or technical text repeats across sentences that differ ("where the rail on the wall adjacent to the WC is
+    set ...", item after item) is formula, while boilerplate and spam copy whole sentences. A repeated n-gram
+    without such a word (markup attributes, a list of names or numbers) counts wherever it is, as in Gopher."""
     seen_sentences: set[tuple[str, ...]] = set()
     words: list[str] = []
     in_copy: list[bool] = []

@@ -66,7 +66,8 @@ class GopherRepetitionRule(Rule):
         sentences = None if s.count_formulaic_n_grams else sentence_words(f.lines)
         for n, limit in sorted(s.dup_n_grams.items()):
             if frac > 0:  # none at n: none above
-                repeated = dup_ngram_chars(f.words, n) if sentences is None else copied_dup_ngram_chars(sentences, n, STOP_WORDS)
+                repeated = dup_ngram_chars(f.words, n) if sentences is None else \
+                    copied_dup_ngram_chars(sentences, n, STOP_WORDS)
                 frac = repeated / n_chars
             out.check(f"dup_{n}_gram", frac, frac <= limit)
         return out

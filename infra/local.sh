@@ -44,12 +44,35 @@ alive() { [[ -f "$STATE/pids/$1" ]] && kill -0 "$(cat "$STATE/pids/$1")" 2>/dev/
 
 wait_http() { # url seconds name
   for _ in $(seq "$2"); do
+    # a server that exited (a port taken since the check, a bad database) is not waited for
+    alive "$3" || break
     if "$BIN/python" -c "import urllib.request,sys; urllib.request.urlopen(sys.argv[1], timeout=2)" "$1" 2>/dev/null; then return 0; fi
     sleep 1
   done
-  echo "error: $3 did not answer at $1 within $2 s; see $STATE/logs/$3.log" >&2
+  if alive "$3"; then echo "error: $3 did not answer at $1 within $2 s; see $STATE/logs/$3.log" >&2
+  else echo "error: $3 exited before it answered at $1; its log, $STATE/logs/$3.log, ends:" >&2; fi
   tail -20 "$STATE/logs/$3.log" >&2 || true
   return 1
+}
+
+# another checkout's server on our port would answer for ours, and its worker run our flows with its code
+free_port() { # name port
+  "$BIN/python" "$ROOT/infra/service_conflicts.py" port "$1" "$2" "$STATE/pids/$1" || exit 1
+}
+
+ensure_pool() { # name
+  "$BIN/prefect" work-pool inspect "$1" >/dev/null 2>&1 && return 0
+  local out
+  out="$("$BIN/prefect" work-pool create "$1" --type process 2>&1)" && return 0
+  # a worker that reached the server first creates its pool itself
+  "$BIN/prefect" work-pool inspect "$1" >/dev/null 2>&1 && return 0
+  echo "error: could not create work pool $1 on $PREFECT_API_URL:" >&2
+  echo "$out" >&2
+  exit 1
+}
+
+no_foreign_workers() {
+  "$BIN/python" "$ROOT/infra/service_conflicts.py" workers "$PREFECT_API_URL" "$STATE"/pids/prefect-*worker || exit 1
 }
 
 start() { # name command...
@@ -62,19 +85,22 @@ start() { # name command...
 
 up() {
   [[ -x "$BIN/prefect" ]] || { echo "error: $BIN/prefect not found; run 'make install' first" >&2; exit 1; }
+  free_port prefect-server "$PREFECT_PORT"
+  free_port mlflow-server "$MLFLOW_PORT"
+  no_foreign_workers
   start prefect-server "$BIN/prefect" server start --host 127.0.0.1 --port "$PREFECT_PORT"
   start mlflow-server "$BIN/mlflow" server --host 127.0.0.1 --port "$MLFLOW_PORT" --workers 1 \
     --backend-store-uri "sqlite:///$STATE/mlflow/mlflow.db" \
     --artifacts-destination "$STATE/mlflow/artifacts"
   wait_http "http://127.0.0.1:$PREFECT_PORT/api/health" 120 prefect-server
   wait_http "http://127.0.0.1:$MLFLOW_PORT/health" 120 mlflow-server
-  "$BIN/prefect" work-pool inspect "$POOL" >/dev/null 2>&1 || "$BIN/prefect" work-pool create "$POOL" --type process >/dev/null
+  ensure_pool "$POOL"
   start prefect-worker "$BIN/prefect" worker start --pool "$POOL" --type process
   if [[ "$GPU_POOL" != "$POOL" ]]; then
-    "$BIN/prefect" work-pool inspect "$GPU_POOL" >/dev/null 2>&1 || "$BIN/prefect" work-pool create "$GPU_POOL" --type process >/dev/null
+    ensure_pool "$GPU_POOL"
     start prefect-gpu-worker "$BIN/prefect" worker start --pool "$GPU_POOL" --type process
   fi
-  "$BIN/prefect" work-pool inspect "$EVAL_POOL" >/dev/null 2>&1 || "$BIN/prefect" work-pool create "$EVAL_POOL" --type process >/dev/null
+  ensure_pool "$EVAL_POOL"
   start prefect-eval-worker "$BIN/prefect" worker start --pool "$EVAL_POOL" --type process
 }
 

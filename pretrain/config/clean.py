@@ -118,6 +118,10 @@ class C4Settings(Strict):
                                    "and set aside when the English rules (C4, Gopher, FineWeb) judge the page: code "
                                    "has no sentences and has curly brackets; off: its lines are judged as prose")
     drop_lines_without_terminal_punct: bool = True
+    join_verse_lines: bool = Field(True, description="in a stanza (four or more lines, most of them short, "
+                                   "starting in upper case and ending in a mark), a line that stops mid-sentence "
+                                   "runs on to the line that ends the sentence, as verse is set (a play, a poem, "
+                                   "a hymn); off: each such line is dropped for its missing full stop, as C4 did")
     keep_list_clauses: bool = Field(True, description="a list item that ends its clause rather than its sentence "
                                     "(\"(a) safely; and\", \"b. the walls;\") counts as ended, as regulations "
                                     "and contracts draft a sentence as a list; off: dropped, as C4 did")

@@ -53,23 +53,66 @@ WRAP_WIDTH, WRAPPED_LINE_CHARS, MIN_WRAPPED_LINES = 80, 50, 3
 MAX_SHARE_OVER_WIDTH = 0.1
 
 
-def logical_lines(text: str, join_wrapped: bool) -> list[list[str]]:
+def logical_lines(text: str, join_wrapped: bool, join_verse: bool = False) -> list[list[str]]:
     """The stripped non-empty lines, grouped into the lines a web page would show: a line that has not ended its
     sentence is continued by the next when that one starts in lower case (e-mail, Markdown and plain-text books
     wrap at a width), when it ends in a comma, semicolon or colon (verse, a speaker's name above the speech,
     a lead-in), or when the text is hard-wrapped and the line runs close to the width; a blank line or a list
-    item ends a group. Web text, one paragraph a line, is left as it is."""
+    item ends a group. Web text, one paragraph a line, is left as it is. With `join_verse`, a stanza's lines
+    that stop mid-sentence run on to the line that ends the sentence (`verse_sentences`)."""
     lines = [line.strip() for line in text.split("\n")]
     wrapped = join_wrapped and hard_wrapped(lines)
     groups: list[list[str]] = []
+    block_starts = [0]  # the group each block of lines (between blank lines) starts with
     previous = ""
     for line in lines:
+        if not line and groups and block_starts[-1] < len(groups):
+            block_starts.append(len(groups))
         if line and join_wrapped and previous and continues(previous, line, wrapped):
             groups[-1].append(line)
         elif line:
             groups.append([line])
         previous = line
-    return groups
+    if not (join_wrapped and join_verse):
+        return groups
+    bounds = zip(block_starts, block_starts[1:] + [len(groups)])
+    return [group for start, end in bounds for group in verse_sentences(groups[start:end])]
+
+
+# verse: a stanza of at least VERSE_MIN_LINES lines, none past the width of a printed line and most of them
+# short, starting in upper case and ending in a mark (a comma or a full stop; a line without one runs on)
+VERSE_MIN_LINES, VERSE_MAX_MEDIAN_CHARS, VERSE_MIN_UPPER_SHARE, VERSE_MIN_PUNCT_SHARE = 4, 60, 0.8, 0.5
+_LINE_END_MARKS = tuple(",;:.!?)\"'”’")
+
+
+def is_verse(lines: list[str]) -> bool:
+    """Lines set as verse: each starts in upper case whatever the sentence does, and where a line stops
+    without a mark its sentence runs on into the next (a stanza of a play or poem; not a menu or a list of
+    links, whose lines end in no mark, nor a web page's paragraphs, each a line longer than print's)."""
+    if len(lines) < VERSE_MIN_LINES or max(map(len, lines)) > WRAP_WIDTH:
+        return False
+    median_chars = sorted(map(len, lines))[len(lines) // 2]
+    upper = sum(line[0].isupper() for line in lines) / len(lines)
+    marked = sum(line.endswith(_LINE_END_MARKS) for line in lines) / len(lines)
+    return median_chars <= VERSE_MAX_MEDIAN_CHARS and upper >= VERSE_MIN_UPPER_SHARE and \
+        marked >= VERSE_MIN_PUNCT_SHARE
+
+
+def verse_sentences(block: list[list[str]]) -> list[list[str]]:
+    """A block's groups, those of a stanza (`is_verse`) joined into its sentences: a group that stops
+    mid-sentence runs on to the next group that ends one (a group that ends a sentence stays as it is, so a
+    short line still counts as short). Lines after the stanza's last sentence end stay as they are."""
+    if not is_verse([line for group in block for line in group]):
+        return block
+    sentences: list[list[str]] = []
+    running_on: list[list[str]] = []
+    for group in block:
+        if ends_sentence(group[-1]):
+            sentences.append([line for earlier in running_on for line in earlier] + group)
+            running_on = []
+        else:
+            running_on.append(group)
+    return sentences + running_on
 
 
 def hard_wrapped(lines: list[str]) -> bool:

@@ -90,7 +90,7 @@ def c4_filter_lines(text: str, s) -> tuple[str, dict[str, int]]:
 def prose_lines_kept(text: str, s, removed: dict[str, int], leads_into_code: bool = False) -> str:
     """The lines of `text` that pass C4's line filters; what each filter removed is added to `removed`."""
     kept = []
-    groups = logical_lines(text, s.join_wrapped_lines)
+    groups = logical_lines(text, s.join_wrapped_lines, s.join_verse_lines)
     for k, lines in enumerate(groups):
         if s.remove_citations:
             lines = [_CITATION.sub("", line) for line in lines]

@@ -131,6 +131,45 @@ def test_a_drafted_list_item_that_ends_its_clause_is_kept_and_a_line_that_stops_
         assert line not in kept
 
 
+# a stanza of blank verse (written for this test): lines 2, 5 and 6 stop mid-sentence and run on, as verse does
+STANZA = ("Across the ford the riders came at dawn,\n"
+          "And every banner that they carried there\n"
+          "Was torn by winds that blew along the hills;\n"
+          "Yet none of them would turn his horse about.\n"
+          "The captain, weary, looked upon the town\n"
+          "Whose walls had held against him for a year\n"
+          "And swore that he would take it by the spring.")
+
+
+def test_a_stanzas_lines_that_run_on_are_kept_with_their_sentence():
+    verse = RulesConfig(c4={"join_verse_lines": True}).c4
+    kept, removed = c4_filter_lines(STANZA, verse)
+    assert kept == STANZA and removed["no_terminal_punct"] == 0
+    kept, removed = c4_filter_lines(STANZA, RulesConfig(c4={"join_verse_lines": False}).c4)  # C4's reading
+    assert RulesConfig().c4.join_verse_lines
+    # C4 drops the lines 1-2 ("dawn," runs into a line that stops), 5 and 6
+    assert "And every banner that they carried there" not in kept and removed["no_terminal_punct"] == 4
+    # a speech whose sentence is cut off at the end loses only the lines after its last full stop
+    cut = STANZA.rsplit("\n", 1)[0]
+    kept, removed = c4_filter_lines(cut, verse)
+    assert kept == STANZA.split("\nThe captain")[0] and removed["no_terminal_punct"] == 2
+    # and does not run on across the blank line into the next stanza
+    kept, removed = c4_filter_lines(cut + "\n\n" + STANZA, verse)
+    assert kept == STANZA.split("\nThe captain")[0] + "\n" + STANZA and removed["no_terminal_punct"] == 2
+
+
+def test_a_menu_a_list_of_links_or_an_advert_is_not_verse():
+    verse = RulesConfig(c4={"join_verse_lines": True}).c4
+    menu = "Home\nAbout Us\nOur Products and Services\nContact the Team\nRead the full story here."
+    assert c4_filter_lines(menu, verse)[0] == "Read the full story here."
+    # short lines that each end their sentence stay lines of their own, as short as they were
+    advert = "No dieting!\nNo cravings!\nLose weight while you sleep tonight!\nOrder your bottle now!"
+    assert c4_filter_lines(advert, verse)[0] == "Lose weight while you sleep tonight!\nOrder your bottle now!"
+    # lines a web page sets one paragraph each are not a stanza: the long ones keep C4's reading
+    page = "\n".join([EN_GOOD.split(". ")[0] + " and the long account of what the day held for them"] * 4)
+    assert c4_filter_lines(page, verse)[0] == c4_filter_lines(page, RulesConfig().c4)[0]
+
+
 def test_copied_n_grams_count_prose_only_in_copied_sentences_and_markup_anywhere():
     stop = {"the", "and", "to", "of"}
     formula = sentence_words(["Fit the rail to the wall of the room by day.", "Fit the rail to the wall of the hall."])

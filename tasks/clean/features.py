@@ -82,16 +82,17 @@ def logical_lines(text: str, join_wrapped: bool, join_verse: bool = False) -> li
 # verse: a stanza of at least VERSE_MIN_LINES lines, none past the width of a printed line and most of them
 # short, starting in upper case and ending in a mark (a comma or a full stop; a line without one runs on)
 VERSE_MIN_LINES, VERSE_MAX_MEDIAN_CHARS, VERSE_MIN_UPPER_SHARE, VERSE_MIN_PUNCT_SHARE = 4, 60, 0.8, 0.5
-_LINE_END_MARKS = tuple(",;:.!?)\"'”’")
+_LINE_END_MARKS = CLAUSE_PUNCT + C4_END_PUNCT + (")",)
 
 
 def is_verse(lines: list[str]) -> bool:
     """Lines set as verse: each starts in upper case whatever the sentence does, and where a line stops
     without a mark its sentence runs on into the next (a stanza of a play or poem; not a menu or a list of
     links, whose lines end in no mark, nor a web page's paragraphs, each a line longer than print's)."""
-    if len(lines) < VERSE_MIN_LINES or max(map(len, lines)) > WRAP_WIDTH:
+    lengths = sorted(map(len, lines))
+    if len(lines) < VERSE_MIN_LINES or lengths[-1] > WRAP_WIDTH:
         return False
-    median_chars = sorted(map(len, lines))[len(lines) // 2]
+    median_chars = lengths[len(lengths) // 2]
     upper = sum(line[0].isupper() for line in lines) / len(lines)
     marked = sum(line.endswith(_LINE_END_MARKS) for line in lines) / len(lines)
     return median_chars <= VERSE_MAX_MEDIAN_CHARS and upper >= VERSE_MIN_UPPER_SHARE and \
@@ -306,31 +307,35 @@ def dup_ngram_chars(units: list[str], n: int, counts: Callable[[int, tuple], boo
 _EN_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
-def sentence_words(lines: list[str]) -> list[tuple[str, ...]]:
-    """The words of each sentence of the lines, in order (words as DocFeatures.words counts them)."""
-    sentences = []
-    for line in lines:
-        for sentence in _EN_SENTENCE_END.split(line):
-            words = tuple(t for t in _TOKEN.findall(sentence)
-                          if t[0].isalnum() or (t[0] == "_" and any(c.isalnum() for c in t)))
-            if words:
-                sentences.append(words)
-    return sentences
+def is_word(token: str) -> bool:
+    """A token that is not pure punctuation: a token is a run of word characters or one mark, and its first
+    character decides, unless it is "_"."""
+    return token[0].isalnum() or (token[0] == "_" and any(c.isalnum() for c in token))
 
 
-def copied_dup_ngram_chars(sentences: list[tuple[str, ...]], n: int, prose_words: set[str]) -> int:
-    """dup_ngram_chars where a repeated n-gram of prose (holding one of `prose_words` as written, in lower case, as
-    inside a sentence) counts only when its words all lie in sentences that copy an earlier sentence: a clause that
-    legal or technical text repeats across sentences that differ ("where the rail on the wall adjacent to the WC is
-    set ...", item after item) is formula, while boilerplate and spam copy whole sentences. A repeated n-gram
-    without such a word (markup attributes, a list of names or numbers) counts wherever it is, as in Gopher."""
+def copy_marked_words(lines: list[str]) -> tuple[list[str], list[bool]]:
+    """The words of the lines (as DocFeatures.words counts them) and, for each, whether it lies in a sentence that
+    copies an earlier sentence of the lines."""
     seen_sentences: set[tuple[str, ...]] = set()
     words: list[str] = []
     in_copy: list[bool] = []
-    for sentence in sentences:
-        words.extend(sentence)
-        in_copy.extend([sentence in seen_sentences] * len(sentence))
-        seen_sentences.add(sentence)
+    for line in lines:
+        for sentence in _EN_SENTENCE_END.split(line):
+            sentence_words = tuple(t for t in _TOKEN.findall(sentence) if is_word(t))
+            words.extend(sentence_words)
+            in_copy.extend([sentence_words in seen_sentences] * len(sentence_words))
+            if sentence_words:
+                seen_sentences.add(sentence_words)
+    return words, in_copy
+
+
+def copied_dup_ngram_chars(words: list[str], in_copy: list[bool], n: int, prose_words: set[str]) -> int:
+    """dup_ngram_chars where a repeated n-gram of prose (holding one of `prose_words` as written, in lower case, as
+    inside a sentence) counts only when its words all lie in sentences that copy an earlier sentence
+    (`copy_marked_words`): a clause that legal or technical text repeats across sentences that differ ("where the
+    rail on the wall adjacent to the WC is set ...", item after item) is formula, while boilerplate and spam copy
+    whole sentences. A repeated n-gram without such a word (markup attributes, a list of names or numbers) counts
+    wherever it is, as in Gopher."""
     return dup_ngram_chars(words, n, lambda i, gram: all(in_copy[i:i + n]) or not prose_words & set(gram))
 
 
@@ -384,8 +389,7 @@ class DocFeatures:
     @cached_property
     def words(self) -> list[str]:
         """Tokens that are not pure punctuation."""
-        # a token is a run of word characters or one mark: its first character decides, unless it is "_"
-        return [t for t in self.tokens if t[0].isalnum() or (t[0] == "_" and any(c.isalnum() for c in t))]
+        return [t for t in self.tokens if is_word(t)]
 
     @cached_property
     def n_cjk(self) -> int:

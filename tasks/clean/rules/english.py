@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import re
 
-from tasks.clean.features import (DocFeatures, TERMINAL_PUNCT, code_lead_ins, copied_dup_ngram_chars, dup_ngram_chars,
-                                  ends_sentence, fenced_blocks, find_duplicates, logical_lines, sentence_words,
+from tasks.clean.features import (DocFeatures, TERMINAL_PUNCT, code_lead_ins, copied_dup_ngram_chars, copy_marked_words,
+                                  dup_ngram_chars, ends_sentence, fenced_blocks, find_duplicates, logical_lines,
                                   top_ngram_chars)
 from tasks.clean.rules.base import Doc, Outcome, Rule
 
@@ -63,11 +63,11 @@ class GopherRepetitionRule(Rule):
             frac = top_ngram_chars(f.words, n) / n_chars
             out.check(f"top_{n}_gram", frac, frac <= limit)
         frac = 1.0
-        sentences = None if s.count_formulaic_n_grams else sentence_words(f.lines)
+        marked = None if s.count_formulaic_n_grams else copy_marked_words(f.lines)
         for n, limit in sorted(s.dup_n_grams.items()):
             if frac > 0:  # none at n: none above
-                repeated = dup_ngram_chars(f.words, n) if sentences is None else \
-                    copied_dup_ngram_chars(sentences, n, STOP_WORDS)
+                repeated = dup_ngram_chars(f.words, n) if marked is None else \
+                    copied_dup_ngram_chars(*marked, n, STOP_WORDS)
                 frac = repeated / n_chars
             out.check(f"dup_{n}_gram", frac, frac <= limit)
         return out

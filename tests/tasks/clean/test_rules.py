@@ -3,9 +3,9 @@ import pytest
 
 from pretrain.config import NormalizeConfig, RulesConfig
 from tasks.clean.channel import detect_channel
-from tasks.clean.features import (DocFeatures, code_lead_ins, copied_dup_ngram_chars, doubled_span,
-                                  dup_char_ngram_chars, dup_ngram_chars, dup_sentence_chars, fenced_blocks,
-                                  find_duplicates, sentence_words, top_ngram_chars, without_fenced_code)
+from tasks.clean.features import (DocFeatures, code_lead_ins, copied_dup_ngram_chars, copy_marked_words,
+                                  doubled_span, dup_char_ngram_chars, dup_ngram_chars, dup_sentence_chars,
+                                  fenced_blocks, find_duplicates, top_ngram_chars, without_fenced_code)
 from tasks.clean.normalize import normalize_text, to_simplified
 from tasks.clean.rules import Doc, build_rules, judge_rules
 from tasks.clean.rules.dirty import DomainBlocklist, Lexicon, PatternSet, builtin_paths
@@ -172,13 +172,14 @@ def test_a_menu_a_list_of_links_or_an_advert_is_not_verse():
 
 def test_copied_n_grams_count_prose_only_in_copied_sentences_and_markup_anywhere():
     stop = {"the", "and", "to", "of"}
-    formula = sentence_words(["Fit the rail to the wall of the room by day.", "Fit the rail to the wall of the hall."])
-    assert dup_ngram_chars([w for s in formula for w in s], 5) > 0  # Gopher: "Fit the rail to the" repeats
-    assert copied_dup_ngram_chars(formula, 5, stop) == 0
-    copy = sentence_words(["Buy the pills of the year now.", "Buy the pills of the year now."])
-    assert copied_dup_ngram_chars(copy, 5, stop) == len("Buythepillsofthe")
-    markup = sentence_words(["TD width 470 height 111 colSpan 4", "TD width 470 height 111 colSpan 2"])
-    assert copied_dup_ngram_chars(markup, 5, stop) == len("TDwidth470height111")
+    formula = copy_marked_words(["Fit the rail to the wall of the room by day.",
+                                 "Fit the rail to the wall of the hall."])
+    assert dup_ngram_chars(formula[0], 5) > 0  # Gopher: "Fit the rail to the" repeats
+    assert copied_dup_ngram_chars(*formula, 5, stop) == 0
+    copy = copy_marked_words(["Buy the pills of the year now.", "Buy the pills of the year now."])
+    assert copied_dup_ngram_chars(*copy, 5, stop) == len("Buythepillsofthe")
+    markup = copy_marked_words(["TD width 470 height 111 colSpan 4", "TD width 470 height 111 colSpan 2"])
+    assert copied_dup_ngram_chars(*markup, 5, stop) == len("TDwidth470height111")
 
 
 def test_repetition_helpers():

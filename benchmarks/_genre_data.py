@@ -266,6 +266,7 @@ PUBMED = "Matteo-Malve/RAGMedAssist-INLPT-WS2023@d599652b130e6462fb3d60fcedf4c13
 BEER_SE = "kevswanberg/beer_tentrr@9573647bff33c61bdce2f07a9000a4098fd3074d"  # Beer Stack Exchange's Posts.xml
 TCM = "xiaopangxia/TCM-Ancient-Books@db0155dc7c42b9c6b3736896661f317c7110038f"  # every 20th of 700 books
 UK_BUILDING = "Accord-Project/accord-nlp@ac1cc17f0231d37289d2eec5fe2874d0730b7c7d"  # gov.uk Approved Documents as text
+D2L = "d2l-ai/d2l-en@23d7a5aecceee57d1292c56e90cce307f183bb0a"  # Dive into Deep Learning, the book's Markdown
 BBC = "dejanbatanjac/bbc-article-classify-bert@8265dc84e88b82b87ce7f5b2df5bbbb1159ae922"  # D. Greene's BBC set
 
 SOURCES = [
@@ -303,6 +304,8 @@ SOURCES = [
     Source("en technical docs (DeepSpeed tutorials, by section)", "en", True, DEEPSPEED,
            "deepspeedai+DeepSpeed/docs", "_tutorials/*.md",
            "7de9cf693777a85114ea306268e54f771d2d3df39bb68ead772c96f712aa2ed1", markdown_sections),
+    Source("en textbook with math (Dive into Deep Learning, by section)", "en", True, D2L, "d2l-ai+d2l-en",
+           "chapter_*/*.md", "551befea7bebf7f18bf29e69d0a6951d48c35ab5835ee8d14542e9644c24ee89", markdown_sections),
     # The text of PDFs as published: a run of paragraphs often holds a diagram's or a table's labels cut loose
     # ("Fd Fd F F 7.5m max."), which C4 and Gopher drop as they should: on the tune half (pdf_text_removals.py)
     # 156 of the 190 removed runs have a quarter or more of their paragraphs such labels (under five words, no

@@ -41,4 +41,6 @@ extract Matteo-Malve/RAGMedAssist-INLPT-WS2023 d599652b130e6462fb3d60fcedf4c13ad
 extract kevswanberg/beer_tentrr 9573647bff33c61bdce2f07a9000a4098fd3074d Posts.xml
 # every twentieth book of the collection (005, 025, ... 685): its 700 books are 157 MB
 KEEP='^[0-9][02468]5-[^/]*[.]txt$' extract xiaopangxia/TCM-Ancient-Books db0155dc7c42b9c6b3736896661f317c7110038f .
+# the book's chapters, Markdown with TeX math (its notebooks' code in fenced blocks)
+KEEP='^chapter_[^/]*/[^/]*[.]md$' extract d2l-ai/d2l-en 23d7a5aecceee57d1292c56e90cce307f183bb0a .
 extract Accord-Project/accord-nlp ac1cc17f0231d37289d2eec5fe2874d0730b7c7d data/lm/uk_building_codes/txt_processed

@@ -49,7 +49,7 @@ from benchmarks._genre_data import LABELED, NOT_FOUND, SOURCES, Source, digest  
 from benchmarks._quality_data import Copies, labeled_sets, rate, split, without_copies  # noqa: E402
 from pretrain.config import CleanConfig, RulesConfig  # noqa: E402
 from tasks.clean.channel import detect_channel  # noqa: E402
-from tasks.clean.features import DocFeatures, without_fenced_code  # noqa: E402
+from tasks.clean.features import DocFeatures, without_display_math, without_fenced_code  # noqa: E402
 from tasks.clean.normalize import normalize_text  # noqa: E402
 from tasks.clean.rules.english import sentence_count  # noqa: E402
 from tasks.clean.stage import run_clean  # noqa: E402
@@ -154,7 +154,7 @@ def rows_by_document(folder: Path, names: list[str], columns: list[str]):
 def under_length_minimum(text: str, rules: RulesConfig) -> bool:
     """Whether the document as read (normalized, before any rule's edit) is under a length minimum of the rules:
     `length.min_chars`, for Chinese `chinese.min_cjk_chars` (a section that is a heading and its images), and for
-    English prose (a Markdown page's fenced code set aside, as the rules do) Gopher's `min_doc_words` and C4's
+    English prose (a Markdown page's fenced code and display equations set aside, as the rules do) Gopher's `min_doc_words` and C4's
     `min_num_sentences` (a line without a sentence end counts as one)."""
     text, _ = normalize_text(text)
     if len(text) < rules.length.min_chars:
@@ -165,7 +165,7 @@ def under_length_minimum(text: str, rules: RulesConfig) -> bool:
         return feats.n_cjk < rules.chinese.min_cjk_chars
     if channel != "en":
         return False
-    prose = DocFeatures(without_fenced_code(text))
+    prose = DocFeatures(without_display_math(without_fenced_code(text)))
     return len(prose.words) < rules.gopher_quality.min_doc_words or sentence_count(prose) < rules.c4.min_num_sentences
 
 

@@ -132,6 +132,11 @@ class C4Settings(Strict):
     min_num_sentences: int = 5
     reject_lorem_ipsum: bool = True
     reject_curly_bracket: bool = True
+    keep_tex_math: bool = Field(True, description="TeX math (a MathJax page, a Stack Exchange answer, a Markdown "
+                                "book): a display equation ($$...$$, \\[...\\], a math environment) is kept as it is, "
+                                "not judged as lines, and a curly bracket inside math ($...$ too) is not counted by the "
+                                "bracket check; off: C4's reading, which dropped an equation's lines and rejected "
+                                "the page for its brackets")
     max_curly_bracket_lines: float = Field(0.1, ge=0, le=1, description="the share of lines with a curly bracket "
                                            "above which a page is rejected as code or template spill (outside "
                                            "Markdown fences); 0: any bracket rejects it, as C4 did")

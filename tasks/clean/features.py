@@ -149,6 +149,62 @@ def fenced_blocks(text: str) -> list[tuple[bool, str]]:
     return blocks
 
 
+# a display equation (TeX, as MathJax pages, Stack Exchange and Markdown books write it): $$...$$ or \[...\] on
+# lines of their own or on one line, or a math environment; it holds TeX (a command, a sub- or superscript, an
+# equals sign), so "$$$ CASH $$$" is not one, and it closes within MAX_DISPLAY_MATH_LINES lines or is not one
+_DISPLAY_MATH_OPEN = re.compile(r"\$\$(?!\$)|\\\[|\\begin\{(?:equation|align|gather|multline|eqnarray|displaymath)\*?\}")
+_DISPLAY_MATH_CLOSE = {"$$": re.compile(r"(?<!\$)\$\$[.,;:]?$"), "\\[": re.compile(r"\\\][.,;:]?$"),
+                       "\\begin": re.compile(r"\\end\{(?:equation|align|gather|multline|eqnarray|displaymath)\*?\}[.,;:]?$")}
+_TEX_CONTENT = re.compile(r"\\[A-Za-z]+|[_^=]")
+MAX_DISPLAY_MATH_LINES = 40
+
+
+def display_math_blocks(text: str) -> list[tuple[bool, str]]:
+    """The text as (is a display equation, lines) blocks in order (`_DISPLAY_MATH_OPEN`)."""
+    if "$$" not in text and "\\" not in text:
+        return [(False, text)]
+    lines = text.split("\n")
+    blocks: list[tuple[bool, str]] = []
+    start = k = 0
+    while k < len(lines):
+        end = display_math_end(lines, k)
+        if end is None:
+            k += 1
+            continue
+        if start < k:
+            blocks.append((False, "\n".join(lines[start:k])))
+        blocks.append((True, "\n".join(lines[k:end])))
+        start = k = end
+    if start < len(lines):
+        blocks.append((False, "\n".join(lines[start:])))
+    return blocks
+
+
+def without_display_math(text: str) -> str:
+    """The text without its display equations (`display_math_blocks`): the prose the prose rules judge, as a
+    Markdown page's fenced code is set aside (an equation's `$$` lines would read as duplicated lines, its TeX as
+    words without stop words)."""
+    return "\n".join(block for is_math, block in display_math_blocks(text) if not is_math)
+
+
+def display_math_end(lines: list[str], k: int) -> int | None:
+    """The line after the display equation that starts at line k, or None when none starts there."""
+    first = lines[k].strip()
+    opening = _DISPLAY_MATH_OPEN.match(first)
+    if opening is None:
+        return None
+    close = _DISPLAY_MATH_CLOSE["$$" if first.startswith("$$") else first[:6] if first.startswith("\\begin") else "\\["]
+    rest = first[opening.end():]
+    for end in range(k, min(k + MAX_DISPLAY_MATH_LINES, len(lines))):
+        line = rest if end == k else lines[end].strip()
+        if close.search(line):
+            body = "\n".join(lines[k:end + 1])
+            return end + 1 if _TEX_CONTENT.search(body) else None
+        if end > k and not line:
+            return None  # a blank line: the "equation" did not close, it was a sum of money or a stray mark
+    return None
+
+
 def prose_blocks(text: str) -> list[tuple[str, bool]]:
     """The text between a Markdown page's fenced code blocks, each with whether it leads into the code after it
     (ends in a colon: "Run it with:")."""

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pretrain.channels import CHANNELS
 from pretrain.config import CleanConfig
 from tasks.clean.channel import detect_channel
-from tasks.clean.features import DocFeatures
+from tasks.clean.features import DocFeatures, without_display_math
 from tasks.clean.normalize import normalize_text, to_simplified
 from tasks.clean.readers import RawDoc
 from tasks.clean.rules import Doc, Failure, build_rules, judge_rules
@@ -87,10 +87,11 @@ class Cleaner:
 
     def prose(self, p: Prepared) -> DocFeatures:
         """The features the prose rules judge: a Markdown page's fenced code is code, which C4 would reject for
-        a curly bracket and Gopher would count as words without stop words."""
-        if not self.cfg.rules.c4.keep_fenced_code:
-            return p.feats
-        prose = p.feats.prose_text
+        a curly bracket and Gopher would count as words without stop words; so is a display equation's TeX."""
+        c4 = self.cfg.rules.c4
+        prose = p.feats.prose_text if c4.keep_fenced_code else p.text
+        if c4.keep_tex_math:
+            prose = without_display_math(prose)
         return p.feats if prose == p.text else DocFeatures(prose)
 
     def emptied(self, channel: str, repairs: list[str]) -> Failure:

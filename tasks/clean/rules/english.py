@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 
 from tasks.clean.features import (DocFeatures, TERMINAL_PUNCT, code_lead_ins, copied_dup_ngram_chars, copy_marked_words,
-                                  dup_ngram_chars, ends_sentence, fenced_blocks, find_duplicates, logical_lines,
+                                  display_math_blocks, dup_ngram_chars, ends_sentence, fenced_blocks, find_duplicates, logical_lines,
                                   top_ngram_chars)
 from tasks.clean.rules.base import Doc, Outcome, Rule
 
@@ -12,6 +12,12 @@ STOP_WORDS = {"the", "be", "to", "of", "and", "that", "have", "with"}
 _CITATION = re.compile(r"\[\d*]|\[edit]|\[citation needed]")
 # Markdown inline code (`${TASK_NAME}`): code, as a fenced block is, for the curly-bracket check
 _INLINE_CODE = re.compile(r"`[^`\n]+`")
+# TeX math, as MathJax and KaTeX pages, Stack Exchange and arXiv listings write it: display math ($$...$$, \[...\],
+# across lines too) and inline math (\(...\); $...$ opening before and closing after a non-space, not before a
+# digit, so "$5 or {x} $10" is two sums of money, as pandoc reads dollars). Its braces group symbols ({\cal P},
+# x^{2}): math, not code, which C4's bracket check was for and which dropped such pages (Paster et al., 2023)
+_TEX_MATH = re.compile(r"\$\$.{1,4000}?\$\$|\\\[.{1,4000}?\\\]|\\\(.{1,1000}?\\\)|\$(?=[^\s$])(?:[^$\n]|\n(?!\n)){0,1000}?(?<=\S)\$(?!\d)",
+                       re.DOTALL)
 _SENTENCE_END = re.compile(r"[.!?]+(?=\s|$)")
 POLICY_SUBSTRINGS = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies",
                      "use cookies")
@@ -77,31 +83,49 @@ def c4_filter_lines(text: str, s) -> tuple[str, dict[str, int]]:
     """C4's line filters: returns the kept text and how many lines each filter removed. A hard-wrapped
     paragraph is judged as the one line it would be on a web page, and kept with its line breaks; a Markdown
     fenced code block is code, not lines of prose, and is kept as it is (`keep_fenced_code`), with the line that
-    leads into it ("Run it with:")."""
+    leads into it ("Run it with:"); so is a display equation (`keep_tex_math`), with the line whose sentence runs
+    on into it ("we obtain")."""
     removed = {"no_terminal_punct": 0, "few_words": 0, "long_word": 0, "javascript": 0, "policy": 0}
-    if not s.keep_fenced_code:
-        return prose_lines_kept(text, s, removed), removed
-    blocks = fenced_blocks(text)
-    kept = [block if is_code else prose_lines_kept(block, s, removed, leads_into_code=k + 1 < len(blocks))
-            for k, (is_code, block) in enumerate(blocks)]
+    blocks = [("code" if is_code else "prose", block)
+              for is_code, block in (fenced_blocks(text) if s.keep_fenced_code else [(False, text)])]
+    if s.keep_tex_math:
+        blocks = [part for kind, block in blocks for part in ([(kind, block)] if kind == "code" else
+                  [("math" if is_math else "prose", b) for is_math, b in display_math_blocks(block)])]
+    if len(blocks) == 1:
+        return prose_lines_kept(text, s, removed) if blocks[0][0] == "prose" else text, removed
+    kept = [prose_lines_kept(block, s, removed, leads_into=blocks[k + 1][0] if k + 1 < len(blocks) else None)
+            if kind == "prose" else block for k, (kind, block) in enumerate(blocks)]
     return "\n".join(block for block in kept if block), removed
 
 
-def prose_lines_kept(text: str, s, removed: dict[str, int], leads_into_code: bool = False) -> str:
-    """The lines of `text` that pass C4's line filters; what each filter removed is added to `removed`."""
+def prose_lines_kept(text: str, s, removed: dict[str, int], leads_into: str | None = None) -> str:
+    """The lines of `text` that pass C4's line filters; what each filter removed is added to `removed`.
+    `leads_into`: what follows the text ("code", "math"): its last line is judged as the sentence it leads into."""
     kept = []
     groups = logical_lines(text, s.join_wrapped_lines, s.join_verse_lines)
     for k, lines in enumerate(groups):
         if s.remove_citations:
             lines = [_CITATION.sub("", line) for line in lines]
         line = " ".join(lines)
-        lead_in = leads_into_code and k == len(groups) - 1 and line.endswith(":")
-        failed = c4_line_failure(line[:-1] + "." if lead_in else line, s)
+        if k == len(groups) - 1 and leads_into:
+            line = as_lead_in(line, leads_into)
+        failed = c4_line_failure(line, s)
         if failed:
             removed[failed] += len(lines)
         else:
             kept.extend(lines)
     return "\n".join(kept)
+
+
+def as_lead_in(line: str, leads_into: str) -> str:
+    """The line judged with the block it leads into: a caption ("Run it with:") ends its sentence with the code
+    after it, and a sentence that stops before a display equation ("we obtain", "as follows:", "where") ends
+    with the equation."""
+    if line.endswith(":"):
+        return line[:-1] + "."
+    if leads_into == "math" and not ends_sentence(line):
+        return line.rstrip(",;") + "."
+    return line
 
 
 # an item of a drafted list ("(a)", "b.", "(iii)", "(2)", "- ") that ends its clause, not its sentence:
@@ -148,12 +172,25 @@ class C4Rule(Rule):
             out.check("lorem_ipsum", "lorem ipsum" in lower, "lorem ipsum" not in lower, "c4_lorem_ipsum")
         if s.reject_curly_bracket:
             # C4 rejected a page for one bracket; one in an e-mail's shell line or an article's aside is no code
-            lines = [_INLINE_CODE.sub("", line) if "`" in line else line for line in f.lines] \
-                if s.keep_fenced_code else f.lines
-            braces = sum("{" in line or "}" in line for line in lines) / max(len(lines), 1)
+            braces = share_of_lines_with_braces(f, s)
             ok = braces <= s.max_curly_bracket_lines if s.max_curly_bracket_lines > 0 else "{" not in f.text
             out.check("curly_bracket_lines", braces, ok, "c4_curly_bracket")
         return out
+
+
+def share_of_lines_with_braces(f: DocFeatures, s) -> float:
+    """The share of the lines holding a curly bracket outside Markdown inline code (with `keep_fenced_code`) and
+    TeX math (with `keep_tex_math`)."""
+    lines = f.lines
+    if s.keep_tex_math and ("$" in f.text or "\\" in f.text):
+        lines = [line.strip() for line in _TEX_MATH.sub(_without_braces, f.text).split("\n") if line.strip()]
+    if s.keep_fenced_code:
+        lines = [_INLINE_CODE.sub("", line) if "`" in line else line for line in lines]
+    return sum("{" in line or "}" in line for line in lines) / max(len(lines), 1)
+
+
+def _without_braces(math: re.Match) -> str:
+    return math.group().replace("{", "").replace("}", "")
 
 
 def sentence_count(f: DocFeatures) -> int:

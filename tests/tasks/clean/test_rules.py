@@ -4,8 +4,9 @@ import pytest
 from pretrain.config import NormalizeConfig, RulesConfig
 from tasks.clean.channel import detect_channel
 from tasks.clean.features import (DocFeatures, code_lead_ins, copied_dup_ngram_chars, copy_marked_words,
-                                  doubled_span, dup_char_ngram_chars, dup_ngram_chars, dup_sentence_chars,
-                                  fenced_blocks, find_duplicates, top_ngram_chars, without_fenced_code)
+                                  display_math_blocks, doubled_span, dup_char_ngram_chars, dup_ngram_chars, dup_sentence_chars,
+                                  fenced_blocks, find_duplicates, top_ngram_chars, without_display_math,
+                                  without_fenced_code)
 from tasks.clean.normalize import normalize_text, to_simplified
 from tasks.clean.rules import Doc, build_rules, judge_rules
 from tasks.clean.rules.dirty import DomainBlocklist, Lexicon, PatternSet, builtin_paths
@@ -389,6 +390,61 @@ def test_a_title_over_the_question_that_repeats_it_is_said_once_but_a_line_repea
     # and a title said three times is one echo and one duplicate
     assert reason(f"{title}\n{title}\n{body}\n{title}", gopher_repetition={"mode": "off"}) == \
         "fineweb_char_dup_ratio"
+
+
+# a textbook's section: inline math on most lines, display equations between and after its sentences
+MATH_SECTION = (
+    "We write the prediction for an example as $\\hat{y}^{(i)}$ and its label as $y^{(i)}$.\n"
+    "The weights $\\mathbf{w}$ and the bias $b$ are the parameters we learn from the data.\n"
+    "The squared error of one example is then given by\n\n"
+    "$$l^{(i)}(\\mathbf{w}, b) = \\frac{1}{2} \\left(\\hat{y}^{(i)} - y^{(i)}\\right)^2.$$\n\n"
+    "To measure the quality of a model on the entire dataset we average the losses and obtain\n\n"
+    "$$\n\\begin{aligned}\nL(\\mathbf{w}, b) &= \\frac{1}{n} \\sum_{i=1}^n l^{(i)}(\\mathbf{w}, b),\n\\end{aligned}\n$$\n\n"
+    "where $n$ is the number of examples in the set $\\{1, \\ldots, n\\}$ that we hold.\n"
+    "When training the model we seek the parameters $(\\mathbf{w}^*, b^*)$ that minimize the total loss.\n"
+    "The solution of this problem can be written down in closed form for linear regression.\n"
+    "Most models in this book have no such solution and are trained by gradient descent instead.")
+
+
+def test_tex_math_is_not_code_and_a_display_equation_is_kept_whole():
+    from pretrain.config import CleanConfig, SourceConfig
+    from tasks.clean.judge import Cleaner
+    from tasks.clean.readers import RawDoc
+
+    def judged(text, **c4):
+        cfg = CleanConfig(sources=[SourceConfig(path="unused.jsonl")], rules={"c4": c4})
+        return Cleaner(cfg).judge(RawDoc("a", text, "book", None))
+    verdict = judged(MATH_SECTION)
+    assert verdict.failure is None
+    # both equations as written, and the sentences that run on into them
+    assert "$$l^{(i)}(\\mathbf{w}, b) = \\frac{1}{2}" in verdict.text and "\\end{aligned}\n$$" in verdict.text
+    assert "is then given by" in verdict.text and "average the losses and obtain" in verdict.text
+    # C4's reading: a bracket in 7 of the 10 lines it keeps is code, and the equations' lines are cut
+    assert judged(MATH_SECTION, keep_tex_math=False).failure.reason == "c4_curly_bracket"
+    kept, _ = c4_filter_lines(MATH_SECTION, RulesConfig(c4={"keep_tex_math": False}).c4)
+    assert "\\begin{aligned}" not in kept and "is then given by" not in kept
+    # an equation's delimiter lines ($$, \begin{aligned}) are no duplicated lines of prose
+    more = "".join(f"\n\nIn step {k} the update reads\n\n$$\n\\begin{{aligned}}\nw_{k} &= w_{k - 1} - \\eta g_{k}.\n"
+                   f"\\end{{aligned}}\n$$" for k in range(1, 4))
+    assert judged(MATH_SECTION + more).failure is None
+    assert judged(MATH_SECTION + more, keep_tex_math=False).failure is not None
+    # braces outside math still count: a template's spill in the same section is rejected
+    spilled = MATH_SECTION.replace("$", "").replace("\\", "")
+    assert judged(spilled).failure.reason == "c4_curly_bracket"
+    # two sums of money are no math: "$5 for {item} and $10" keeps its braces
+    money = "\n".join(f"Tickets cost $5 for {{item_{k}}} and $10 at the door, as the poster says." for k in range(4))
+    assert reason(EN_GOOD + "\n" + money, "en", fineweb={"mode": "off"}) == "c4_curly_bracket"
+
+
+def test_display_math_blocks_need_tex_and_a_close():
+    assert display_math_blocks("So\n$$x^2 + y^2 = z^2.$$\nholds.") == \
+        [(False, "So"), (True, "$$x^2 + y^2 = z^2.$$"), (False, "holds.")]
+    assert display_math_blocks("\\[\n\\sum_i x_i\n\\]") == [(True, "\\[\n\\sum_i x_i\n\\]")]
+    assert display_math_blocks("\\begin{align*}\na &= b\n\\end{align*}.") == [(True, "\\begin{align*}\na &= b\n\\end{align*}.")]
+    # no TeX, no close before a blank line, or three dollar signs: not an equation
+    for text in ("$$$ CASH NOW $$$\nCall us.", "$$ 100 $$", "Pay $$\n\nlater", "$$\nx^2\n\nstill open"):
+        assert display_math_blocks(text) == [(False, text)], text
+    assert without_display_math("Hence\n$$\na = b\n$$\nwhere a is one.") == "Hence\nwhere a is one."
 
 
 def test_fenced_blocks_split_code_from_prose_and_an_unclosed_fence_runs_to_the_end():

@@ -152,9 +152,12 @@ def fenced_blocks(text: str) -> list[tuple[bool, str]]:
 # a display equation (TeX, as MathJax pages, Stack Exchange and Markdown books write it): $$...$$ or \[...\] on
 # lines of their own or on one line, or a math environment; it holds TeX (a command, a sub- or superscript, an
 # equals sign), so "$$$ CASH $$$" is not one, and it closes within MAX_DISPLAY_MATH_LINES lines or is not one
-_DISPLAY_MATH_OPEN = re.compile(r"\$\$(?!\$)|\\\[|\\begin\{(?:equation|align|gather|multline|eqnarray|displaymath)\*?\}")
-_DISPLAY_MATH_CLOSE = {"$$": re.compile(r"(?<!\$)\$\$[.,;:]?$"), "\\[": re.compile(r"\\\][.,;:]?$"),
-                       "\\begin": re.compile(r"\\end\{(?:equation|align|gather|multline|eqnarray|displaymath)\*?\}[.,;:]?$")}
+_MATH_ENV = r"(?:equation|align|gather|multline|eqnarray|displaymath)\*?"
+_DISPLAY_MATH = [  # (its opening, at a line's start; its closing, at a line's end)
+    (re.compile(r"\$\$(?!\$)"), re.compile(r"(?<!\$)\$\$[.,;:]?$")),
+    (re.compile(r"\\\["), re.compile(r"\\\][.,;:]?$")),
+    (re.compile(r"\\begin\{" + _MATH_ENV + r"\}"), re.compile(r"\\end\{" + _MATH_ENV + r"\}[.,;:]?$")),
+]
 _TEX_CONTENT = re.compile(r"\\[A-Za-z]+|[_^=]")
 MAX_DISPLAY_MATH_LINES = 40
 
@@ -190,16 +193,14 @@ def without_display_math(text: str) -> str:
 def display_math_end(lines: list[str], k: int) -> int | None:
     """The line after the display equation that starts at line k, or None when none starts there."""
     first = lines[k].strip()
-    opening = _DISPLAY_MATH_OPEN.match(first)
-    if opening is None:
+    opened = next(((m, close) for opening, close in _DISPLAY_MATH if (m := opening.match(first))), None)
+    if opened is None:
         return None
-    close = _DISPLAY_MATH_CLOSE["$$" if first.startswith("$$") else first[:6] if first.startswith("\\begin") else "\\["]
-    rest = first[opening.end():]
+    opening, close = opened
     for end in range(k, min(k + MAX_DISPLAY_MATH_LINES, len(lines))):
-        line = rest if end == k else lines[end].strip()
+        line = first[opening.end():] if end == k else lines[end].strip()
         if close.search(line):
-            body = "\n".join(lines[k:end + 1])
-            return end + 1 if _TEX_CONTENT.search(body) else None
+            return end + 1 if _TEX_CONTENT.search("\n".join(lines[k:end + 1])) else None
         if end > k and not line:
             return None  # a blank line: the "equation" did not close, it was a sum of money or a stray mark
     return None

@@ -4,8 +4,8 @@ from __future__ import annotations
 import re
 
 from tasks.clean.features import (DocFeatures, TERMINAL_PUNCT, code_lead_ins, copied_dup_ngram_chars, copy_marked_words,
-                                  display_math_blocks, dup_ngram_chars, ends_sentence, fenced_blocks, find_duplicates, logical_lines,
-                                  top_ngram_chars)
+                                  display_math_blocks, dup_ngram_chars, ends_sentence, fenced_blocks, find_duplicates,
+                                  logical_lines, top_ngram_chars)
 from tasks.clean.rules.base import Doc, Outcome, Rule
 
 STOP_WORDS = {"the", "be", "to", "of", "and", "that", "have", "with"}
@@ -16,8 +16,8 @@ _INLINE_CODE = re.compile(r"`[^`\n]+`")
 # across lines too) and inline math (\(...\); $...$ opening before and closing after a non-space, not before a
 # digit, so "$5 or {x} $10" is two sums of money, as pandoc reads dollars). Its braces group symbols ({\cal P},
 # x^{2}): math, not code, which C4's bracket check was for and which dropped such pages (Paster et al., 2023)
-_TEX_MATH = re.compile(r"\$\$.{1,4000}?\$\$|\\\[.{1,4000}?\\\]|\\\(.{1,1000}?\\\)|\$(?=[^\s$])(?:[^$\n]|\n(?!\n)){0,1000}?(?<=\S)\$(?!\d)",
-                       re.DOTALL)
+_TEX_MATH = re.compile(r"\$\$.{1,4000}?\$\$|\\\[.{1,4000}?\\\]|\\\(.{1,1000}?\\\)"
+                       r"|\$(?=[^\s$])(?:[^$\n]|\n(?!\n)){0,1000}?(?<=\S)\$(?!\d)", re.DOTALL)
 _SENTENCE_END = re.compile(r"[.!?]+(?=\s|$)")
 POLICY_SUBSTRINGS = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies",
                      "use cookies")

@@ -38,10 +38,14 @@ class Source:
     sha256: str | None     # None: a shared corpus (the shared folder is the project's own)
     read: Callable[[Path], Docs]
     shared: bool = False
+    exclude: str = ""      # a glob of files the pattern matches that are not read (a translation's original)
 
     def files(self, root: Path) -> list[Path]:
         base = root / self.path
-        return sorted({f for glob in self.pattern.split("|") for f in base.glob(glob)}) if self.pattern else [base]
+        if not self.pattern:
+            return [base]
+        return sorted({f for glob in self.pattern.split("|") for f in base.glob(glob)
+                       if not (self.exclude and f.match(self.exclude))})
 
 
 def digest(files: list[Path], base: Path) -> str:
@@ -266,6 +270,7 @@ PUBMED = "Matteo-Malve/RAGMedAssist-INLPT-WS2023@d599652b130e6462fb3d60fcedf4c13
 BEER_SE = "kevswanberg/beer_tentrr@9573647bff33c61bdce2f07a9000a4098fd3074d"  # Beer Stack Exchange's Posts.xml
 TCM = "xiaopangxia/TCM-Ancient-Books@db0155dc7c42b9c6b3736896661f317c7110038f"  # every 20th of 700 books
 UK_BUILDING = "Accord-Project/accord-nlp@ac1cc17f0231d37289d2eec5fe2874d0730b7c7d"  # gov.uk Approved Documents as text
+D2L_ZH = "d2l-ai/d2l-zh@e6b18ccea71451a55fcd861d7b96fddf2587b09a"  # 动手学深度学习, the book's Markdown
 D2L = "d2l-ai/d2l-en@23d7a5aecceee57d1292c56e90cce307f183bb0a"  # Dive into Deep Learning, the book's Markdown
 BBC = "dejanbatanjac/bbc-article-classify-bert@8265dc84e88b82b87ce7f5b2df5bbbb1159ae922"  # D. Greene's BBC set
 
@@ -283,6 +288,10 @@ SOURCES = [
            "zhangbiqiong+sanguoyanyi/三国演义.txt", "",
            "4fa9dec630cd6624e1d368d6d55b0276f936ed23d1686b6fcede40e96c3d7e7e", zh_novel_chapters),
     # Two of the 35 books are not in the collection's section format (665, 685) and give no document.
+    # the Chinese edition keeps the English text it was translated from beside each chapter (`*_origin.md`)
+    Source("zh textbook with math (动手学深度学习, by section)", "zh", True, D2L_ZH, "d2l-ai+d2l-zh", "chapter_*/*.md",
+           "b8e61f327599f16c27fb0ece305439b4d30dc612abd8ad530a3cb419e991932e", markdown_sections,
+           exclude="*_origin.md"),
     Source("zh medical classics (Chinese medicine books, a section each)", "zh", True, TCM,
            "xiaopangxia+TCM-Ancient-Books", "[0-9][02468]5-*.txt",
            "e51670e7dd80bf79dbb3e8cdbe76b32fed88a820de981e2acfc9931ddc6de6ff", tcm_book_sections),

@@ -11,8 +11,8 @@ dest=${1:?usage: get_genre_data.sh DEST [MIRRORS]}
 mirrors=${2:-}
 mkdir -p "$dest"
 
-extract() {  # repo commit paths...   (KEEP: a regex the paths must match, when set)
-  local repo=$1 commit=$2 name=${1/\//+} git_dir keep=${KEEP:-}
+extract() {  # repo commit paths...   (KEEP: a regex the paths must match, DROP: one they must not, when set)
+  local repo=$1 commit=$2 name=${1/\//+} git_dir keep=${KEEP:-} drop=${DROP:-}
   shift 2
   git_dir=$mirrors/$name/repo
   if [[ -z "$mirrors" || ! -d "$git_dir" ]]; then
@@ -22,6 +22,7 @@ extract() {  # repo commit paths...   (KEEP: a regex the paths must match, when 
   git -c core.quotepath=false --git-dir="$git_dir" ls-tree -r --name-only "$commit" -- "$@" |
     while IFS= read -r path; do
       [[ -z "$keep" || "$path" =~ $keep ]] || continue
+      [[ -z "$drop" || ! "$path" =~ $drop ]] || continue
       case "$path" in *.txt | *.csv | *.md | *.xml) ;; *) continue ;; esac
       mkdir -p "$dest/$name/$(dirname "$path")"
       git --git-dir="$git_dir" show "$commit:$path" >"$dest/$name/$path" 2>/dev/null ||
@@ -41,6 +42,7 @@ extract Matteo-Malve/RAGMedAssist-INLPT-WS2023 d599652b130e6462fb3d60fcedf4c13ad
 extract kevswanberg/beer_tentrr 9573647bff33c61bdce2f07a9000a4098fd3074d Posts.xml
 # every twentieth book of the collection (005, 025, ... 685): its 700 books are 157 MB
 KEEP='^[0-9][02468]5-[^/]*[.]txt$' extract xiaopangxia/TCM-Ancient-Books db0155dc7c42b9c6b3736896661f317c7110038f .
-# the book's chapters, Markdown with TeX math (its notebooks' code in fenced blocks)
+# the books' chapters (English and Chinese editions), Markdown with TeX math (its notebooks' code in fenced blocks)
 KEEP='^chapter_[^/]*/[^/]*[.]md$' extract d2l-ai/d2l-en 23d7a5aecceee57d1292c56e90cce307f183bb0a .
+KEEP='^chapter_[^/]*/[^/]*[.]md$' DROP='_origin[.]md$' extract d2l-ai/d2l-zh e6b18ccea71451a55fcd861d7b96fddf2587b09a .
 extract Accord-Project/accord-nlp ac1cc17f0231d37289d2eec5fe2874d0730b7c7d data/lm/uk_building_codes/txt_processed

@@ -117,3 +117,19 @@ def test_a_text_file_is_cut_every_n_paragraphs_the_file_its_unit(tmp_path):
     (tmp_path / "doc.txt").write_text("A1. One.\n\nTwo.\n\n\n\nThree.\n\nFour.\n\nFive.", encoding="utf-8")
     docs = list(paragraph_runs(2)([tmp_path / "doc.txt"]))
     assert docs == [("doc.txt", "A1. One.\n\nTwo."), ("doc.txt", "Three.\n\nFour."), ("doc.txt", "Five.")]
+
+
+def test_a_source_leaves_out_the_files_its_exclude_glob_names(tmp_path):
+    """The Chinese textbook keeps the English chapter it was translated from beside each one: read alternately,
+    every original fell into the held-out half."""
+    from benchmarks._genre_data import Source, digest, markdown_sections
+
+    for name in ("a.md", "a_origin.md", "b.md", "b_origin.md"):
+        (tmp_path / "chapter_x").mkdir(exist_ok=True)
+        (tmp_path / "chapter_x" / name).write_text(f"# {name}\nText.\n", encoding="utf-8")
+    kept = Source("zh book", "zh", True, "repo@commit", ".", "chapter_*/*.md", None, markdown_sections,
+                  exclude="*_origin.md")
+    every = Source("zh book", "zh", True, "repo@commit", ".", "chapter_*/*.md", None, markdown_sections)
+    assert [f.name for f in kept.files(tmp_path)] == ["a.md", "b.md"]
+    assert len(every.files(tmp_path)) == 4
+    assert digest(kept.files(tmp_path), tmp_path) != digest(every.files(tmp_path), tmp_path)

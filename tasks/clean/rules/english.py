@@ -16,7 +16,8 @@ _INLINE_CODE = re.compile(r"`[^`\n]+`")
 # across lines too) and inline math (\(...\); $...$ opening before and closing after a non-space, not before a
 # digit, so "$5 or {x} $10" is two sums of money, as pandoc reads dollars). Its braces group symbols ({\cal P},
 # x^{2}): math, not code, which C4's bracket check was for and which dropped such pages (Paster et al., 2023)
-_TEX_MATH = re.compile(r"\$\$.{1,4000}?\$\$|\\\[.{1,4000}?\\\]|\\\(.{1,1000}?\\\)"
+# (a span stops at the next opening of its kind, so a page of unclosed "\[" is read in linear time)
+_TEX_MATH = re.compile(r"\$\$.{1,4000}?\$\$|\\\[(?:(?!\\\[).){1,4000}?\\\]|\\\((?:(?!\\\().){1,1000}?\\\)"
                        r"|\$(?=[^\s$])(?:[^$\n]|\n(?!\n)){0,1000}?(?<=\S)\$(?!\d)", re.DOTALL)
 _SENTENCE_END = re.compile(r"[.!?]+(?=\s|$)")
 POLICY_SUBSTRINGS = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies",

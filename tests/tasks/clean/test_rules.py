@@ -447,6 +447,14 @@ def test_display_math_blocks_need_tex_and_a_close():
     assert without_display_math("Hence\n$$\na = b\n$$\nwhere a is one.") == "Hence\nwhere a is one."
 
 
+def test_a_math_span_stops_at_the_next_opening_of_its_kind():
+    from tasks.clean.rules.english import _TEX_MATH
+
+    # an unclosed \[ does not reach over the next one (a page of them is read in linear time, not quadratic)
+    assert _TEX_MATH.findall("see \\[ and \\[ w^{2} \\] then \\( x \\( y_{1} \\)") == ["\\[ w^{2} \\]", "\\( y_{1} \\)"]
+    assert _TEX_MATH.findall("word \\[ " * 1000) == []
+
+
 def test_fenced_blocks_split_code_from_prose_and_an_unclosed_fence_runs_to_the_end():
     text = "Intro.\n```\ncode()\n```\nMiddle.\n~~~sh\nrun"
     assert fenced_blocks(text) == [(False, "Intro."), (True, "```\ncode()\n```"), (False, "Middle."),

@@ -154,8 +154,8 @@ def rows_by_document(folder: Path, names: list[str], columns: list[str]):
 def under_length_minimum(text: str, rules: RulesConfig) -> bool:
     """Whether the document as read (normalized, before any rule's edit) is under a length minimum of the rules:
     `length.min_chars`, for Chinese `chinese.min_cjk_chars` (a section that is a heading and its images), and for
-    English prose (a Markdown page's fenced code and display equations set aside, as the rules do) Gopher's `min_doc_words` and C4's
-    `min_num_sentences` (a line without a sentence end counts as one)."""
+    English prose (a Markdown page's fenced code and display equations set aside, as the rules do) Gopher's
+    `min_doc_words` and C4's `min_num_sentences` (a line without a sentence end counts as one)."""
     text, _ = normalize_text(text)
     if len(text) < rules.length.min_chars:
         return True

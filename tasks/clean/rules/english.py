@@ -184,7 +184,7 @@ def share_of_lines_with_braces(f: DocFeatures, s) -> float:
     TeX math (with `keep_tex_math`)."""
     lines = f.lines
     if s.keep_tex_math and ("$" in f.text or "\\" in f.text):
-        lines = [line.strip() for line in _TEX_MATH.sub(_without_braces, f.text).split("\n") if line.strip()]
+        lines = DocFeatures(_TEX_MATH.sub(_without_braces, f.text)).lines
     if s.keep_fenced_code:
         lines = [_INLINE_CODE.sub("", line) if "`" in line else line for line in lines]
     return sum("{" in line or "}" in line for line in lines) / max(len(lines), 1)

@@ -49,7 +49,7 @@ from benchmarks._genre_data import LABELED, NOT_FOUND, SOURCES, Source, digest  
 from benchmarks._quality_data import Copies, labeled_sets, rate, split, without_copies  # noqa: E402
 from pretrain.config import CleanConfig, RulesConfig  # noqa: E402
 from tasks.clean.channel import detect_channel  # noqa: E402
-from tasks.clean.features import DocFeatures, without_display_math, without_fenced_code  # noqa: E402
+from tasks.clean.features import DocFeatures, set_aside_blocks, without_display_math, without_fenced_code  # noqa: E402
 from tasks.clean.normalize import normalize_text  # noqa: E402
 from tasks.clean.rules.english import sentence_count  # noqa: E402
 from tasks.clean.stage import run_clean  # noqa: E402
@@ -154,8 +154,9 @@ def rows_by_document(folder: Path, names: list[str], columns: list[str]):
 def under_length_minimum(text: str, rules: RulesConfig) -> bool:
     """Whether the document as read (normalized, before any rule's edit) is under a length minimum of the rules:
     `length.min_chars`, for Chinese `chinese.min_cjk_chars` (a section that is a heading and its images), and for
-    English prose (a Markdown page's fenced code and display equations set aside, as the rules do) Gopher's
-    `min_doc_words` and C4's `min_num_sentences` (a line without a sentence end counts as one)."""
+    English Gopher's `min_doc_words` (every word, code too) and C4's `min_num_sentences` over the prose (a Markdown
+    page's fenced code and display equations set aside, each counting as one sentence, as a line without a
+    sentence end does), as the rules count."""
     text, _ = normalize_text(text)
     if len(text) < rules.length.min_chars:
         return True
@@ -165,8 +166,11 @@ def under_length_minimum(text: str, rules: RulesConfig) -> bool:
         return feats.n_cjk < rules.chinese.min_cjk_chars
     if channel != "en":
         return False
-    prose = DocFeatures(without_display_math(without_fenced_code(text)))
-    return len(prose.words) < rules.gopher_quality.min_doc_words or sentence_count(prose) < rules.c4.min_num_sentences
+    c4 = rules.c4
+    prose = without_fenced_code(text) if c4.keep_fenced_code else text
+    prose = DocFeatures(without_display_math(prose) if c4.keep_tex_math else prose)
+    sentences = sentence_count(prose) + set_aside_blocks(text, c4.keep_fenced_code, c4.keep_tex_math)
+    return len(feats.words) < rules.gopher_quality.min_doc_words or sentences < c4.min_num_sentences
 
 
 def dirty(removed: dict[int, str]) -> int:

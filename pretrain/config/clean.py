@@ -75,7 +75,8 @@ class GarbageSettings(Strict):
 class GopherQualitySettings(Strict):
     """Gopher quality rules (Rae et al. 2021), English; the paper's thresholds."""
     mode: RuleMode = Field("drop", description=MODE_DOC)
-    min_doc_words: int = 50
+    min_doc_words: int = Field(50, description="fewest words; a Markdown page's code and display equations count, "
+                               "as Gopher counted every word (the ratios below read the prose)")
     max_doc_words: int = 100_000
     min_avg_word_length: float = 3
     max_avg_word_length: float = 10
@@ -129,7 +130,8 @@ class C4Settings(Strict):
     max_word_length: int = 1000
     drop_javascript_lines: bool = True
     drop_policy_lines: bool = True
-    min_num_sentences: int = 5
+    min_num_sentences: int = Field(5, description="fewest sentences of prose; a fenced code block or display "
+                                   "equation set aside counts as one, as a line without a sentence end does")
     reject_lorem_ipsum: bool = True
     reject_curly_bracket: bool = True
     keep_tex_math: bool = Field(True, description="TeX math (a MathJax page, a Stack Exchange answer, a Markdown "

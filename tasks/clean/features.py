@@ -183,6 +183,16 @@ def display_math_blocks(text: str) -> list[tuple[bool, str]]:
     return blocks
 
 
+def set_aside_blocks(text: str, code: bool, math: bool) -> int:
+    """How many blocks the prose rules set aside: Markdown fenced code blocks (`code`) and display equations outside
+    them (`math`). They are text the rules keep, so the length minima count them (`C4Rule`, `GopherQualityRule`)."""
+    blocks = fenced_blocks(text) if code else [(False, text)]
+    n = sum(is_code for is_code, _ in blocks)
+    if math:
+        n += sum(is_math for is_code, block in blocks if not is_code for is_math, _ in display_math_blocks(block))
+    return n
+
+
 def without_display_math(text: str) -> str:
     """The text without its display equations (`display_math_blocks`): the prose the prose rules judge, as a
     Markdown page's fenced code is set aside (an equation's `$$` lines would read as duplicated lines, its TeX as

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pretrain.channels import CHANNELS
 from pretrain.config import CleanConfig
 from tasks.clean.channel import detect_channel
-from tasks.clean.features import DocFeatures, without_display_math
+from tasks.clean.features import DocFeatures, set_aside_blocks, without_display_math
 from tasks.clean.normalize import normalize_text, to_simplified
 from tasks.clean.readers import RawDoc
 from tasks.clean.rules import Doc, Failure, build_rules, judge_rules
@@ -79,7 +79,9 @@ class Cleaner:
         if not p.text.strip():
             return Verdict(p.text, p.channel, self.emptied(p.channel, repairs), repairs=repairs,
                            lines_removed=p.lines_removed)
-        result = judge_rules(self.rules, Doc(p.text, p.channel, p.feats, self.prose(p)))
+        c4 = self.cfg.rules.c4
+        set_aside = set_aside_blocks(p.text, c4.keep_fenced_code, c4.keep_tex_math)
+        result = judge_rules(self.rules, Doc(p.text, p.channel, p.feats, self.prose(p), set_aside))
         failure = result.failure
         if failure is None and p.channel not in self.cfg.keep_channels:
             failure = Failure("channel", "unsupported_language", 0.0)

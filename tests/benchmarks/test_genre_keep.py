@@ -20,6 +20,10 @@ def test_the_rules_minimums_decide_what_is_short():
     assert under_length_minimum(EN_MAIL, rules)  # 29 words, 3 sentences
     assert not under_length_minimum(" ".join([EN_MAIL] * 2), rules)  # 58 words, 6 sentences
     assert not under_length_minimum(ZH_HEADING_AND_IMAGES, RulesConfig(chinese={"min_cjk_chars": 10}))
+    # as the rules count: a fenced code block is a sentence toward C4's 5 and its words count toward Gopher's 50
+    code = "\n```\n" + "\n".join(f"unzip -l archive_{k}.zip | grep -n report_{k}" for k in range(6)) + "\n```\nIt works."
+    assert not under_length_minimum(EN_MAIL + code, rules)
+    assert under_length_minimum(EN_MAIL + "\nIt works.", rules)
 
 
 def test_tune_scoring_reads_the_tune_rows_of_the_labeled_sets(tmp_path):

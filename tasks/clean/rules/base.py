@@ -13,6 +13,7 @@ class Doc:
     channel: str
     feats: DocFeatures
     prose: DocFeatures | None = None  # what prose rules judge: the text without Markdown's fenced code
+    set_aside: int = 0  # the code blocks and display equations left out of `prose`
 
     def __post_init__(self):
         if self.prose is None:

@@ -31,8 +31,10 @@ class GopherQualityRule(Rule):
     def evaluate(self, doc: Doc) -> Outcome:
         s, f, out = self.settings, doc.prose, Outcome(self.name)
         words, n_tokens = f.words, max(len(f.tokens), 1)
-        out.check("n_words", len(words), len(words) >= s.min_doc_words, "gopher_short_doc")
-        out.check("n_words", len(words), len(words) <= s.max_doc_words, "gopher_long_doc")
+        # the length counts every word, code and equations too, as Gopher's does; the ratios read the prose
+        n_words = len(doc.feats.words)
+        out.check("n_words", n_words, n_words >= s.min_doc_words, "gopher_short_doc")
+        out.check("n_words", n_words, n_words <= s.max_doc_words, "gopher_long_doc")
         avg = sum(map(len, words)) / max(len(words), 1)
         out.check("avg_word_length", avg, s.min_avg_word_length <= avg <= s.max_avg_word_length, "gopher_avg_word_length")
         out.check("hash_ratio", f.text.count("#") / n_tokens, f.text.count("#") / n_tokens <= s.max_symbol_word_ratio,
@@ -166,7 +168,8 @@ class C4Rule(Rule):
 
     def evaluate(self, doc: Doc) -> Outcome:
         s, f, out = self.settings, doc.prose, Outcome(self.name)
-        sentences = sentence_count(f)
+        # a code block or display equation set aside counts as one, as a line without a sentence end does
+        sentences = sentence_count(f) + doc.set_aside
         out.check("sentences", sentences, sentences >= s.min_num_sentences, "c4_too_few_sentences")
         lower = f.text.lower()
         if s.reject_lorem_ipsum:

@@ -436,6 +436,49 @@ def test_tex_math_is_not_code_and_a_display_equation_is_kept_whole():
     assert reason(EN_GOOD + "\n" + money, "en", fineweb={"mode": "off"}) == "c4_curly_bracket"
 
 
+CODE_SECTION = (
+    "## Training the Model\n"
+    "The data loading process is the same as before. We set the network to three dense layers of "
+    "thirty, twenty and ten units. All other hyperparameters stay as they were.\n\n"
+    "```python\n"
+    "batch_size, lr, num_epochs = 2048, 0.01, 30\n"
+    "train_iter = load_data(batch_size, shuffle=True, drop_last=True)\n"
+    "net = DeepFM(field_dims, num_factors=10, mlp_dims=[30, 20, 10])\n"
+    "trainer = make_trainer(net.parameters(), optimizer='adam', learning_rate=lr)\n"
+    "train(net, train_iter, loss, trainer, num_epochs, devices)\n"
+    "```\n\n"
+    "It converges faster than the model without the dense layers.")
+
+
+def test_the_length_minima_count_a_sections_code_and_equations():
+    from pretrain.config import CleanConfig, SourceConfig
+    from tasks.clean.features import set_aside_blocks
+    from tasks.clean.judge import Cleaner
+    from tasks.clean.readers import RawDoc
+
+    def judged(text, **rules):
+        cfg = CleanConfig(sources=[SourceConfig(path="unused.jsonl")], rules=rules)
+        return Cleaner(cfg).judge(RawDoc("a", text, "book", None))
+    # four sentences of prose, 38 words: short for C4 (5 sentences) and for Gopher (50 words) without the code
+    prose_only = CODE_SECTION.split("```")[0] + CODE_SECTION.split("```")[2]
+    assert judged(prose_only).failure.reason == "gopher_short_doc"
+    assert judged(prose_only, gopher_quality={"mode": "off"}).failure.reason == "c4_too_few_sentences"
+    # the code block counts as one sentence and its words count: the section is kept, code and all
+    verdict = judged(CODE_SECTION)
+    assert verdict.failure is None and "train(net, train_iter" in verdict.text
+    assert judged(CODE_SECTION, c4={"keep_fenced_code": False}).failure is not None  # C4's reading
+    # a display equation counts as a sentence too, once however many lines it spans
+    equation = "\n$$\n\\begin{aligned}\nw &\\leftarrow w - \\eta g,\\\\\nb &\\leftarrow b - \\eta h.\n\\end{aligned}\n$$\n"
+    assert set_aside_blocks(CODE_SECTION + equation, code=True, math=True) == 2
+    assert set_aside_blocks(CODE_SECTION + equation, code=True, math=False) == 1
+    assert set_aside_blocks("```\n$$x^2$$\n```", code=True, math=True) == 1  # math inside code is code
+    # a listing with a line of prose: its 80 words of code make it long enough for Gopher, but the ratios read
+    # the prose (no stop words in it) and C4 counts 2 sentences
+    listing = "## Listing\n```\n" + "\n".join(f"call_{k}(arg_{k}, value_{k})" for k in range(40)) + "\n```\nDone here now."
+    assert judged(listing).failure.reason == "gopher_not_enough_stop_words"
+    assert judged(listing, gopher_quality={"mode": "off"}).failure.reason == "c4_too_few_sentences"
+
+
 def test_display_math_blocks_need_tex_and_a_close():
     assert display_math_blocks("So\n$$x^2 + y^2 = z^2.$$\nholds.") == \
         [(False, "So"), (True, "$$x^2 + y^2 = z^2.$$"), (False, "holds.")]

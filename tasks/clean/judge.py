@@ -79,9 +79,7 @@ class Cleaner:
         if not p.text.strip():
             return Verdict(p.text, p.channel, self.emptied(p.channel, repairs), repairs=repairs,
                            lines_removed=p.lines_removed)
-        c4 = self.cfg.rules.c4
-        set_aside = set_aside_blocks(p.text, c4.keep_fenced_code, c4.keep_tex_math)
-        result = judge_rules(self.rules, Doc(p.text, p.channel, p.feats, self.prose(p), set_aside))
+        result = judge_rules(self.rules, Doc(p.text, p.channel, p.feats, self.prose(p), self.set_aside(p)))
         failure = result.failure
         if failure is None and p.channel not in self.cfg.keep_channels:
             failure = Failure("channel", "unsupported_language", 0.0)
@@ -95,6 +93,11 @@ class Cleaner:
         if c4.keep_tex_math:
             prose = without_display_math(prose)
         return p.feats if prose == p.text else DocFeatures(prose)
+
+    def set_aside(self, p: Prepared) -> int:
+        """How many code blocks and display equations `prose` leaves out: the length minima count them."""
+        c4 = self.cfg.rules.c4
+        return set_aside_blocks(p.text, c4.keep_fenced_code, c4.keep_tex_math)
 
     def emptied(self, channel: str, repairs: list[str]) -> Failure:
         """Why a document has no text left: the last edit that removed some, else normalization."""

@@ -44,6 +44,8 @@ _LIST_ITEM = re.compile(r"(?:[-*+•]|\d{1,3}[.)])\s")
 _QUOTE = re.compile(r">(?:[ \t]?>)*[ \t]?")
 # a line ending in one of these has not ended its sentence: a verse line, a speaker's name, a lead-in
 CLAUSE_PUNCT = (",", ";", ":")
+# no sentence starts with these: a line that does runs on from the line above ("detection\n:cite:`Ren`.")
+_NO_SENTENCE_OPENS = frozenset(",;:)]")
 
 
 # e-mail and plain text are wrapped at 72-80 columns; a line at least WRAPPED_LINE_CHARS long that stops
@@ -257,7 +259,8 @@ def continues(previous: str, line: str, wrapped: bool) -> bool:
         line = line[quote.end():]
         if not line:
             return False
-    return line[0].islower() or previous.endswith(CLAUSE_PUNCT) or (wrapped and len(previous) >= WRAPPED_LINE_CHARS)
+    return line[0].islower() or line[0] in _NO_SENTENCE_OPENS or previous.endswith(CLAUSE_PUNCT) or \
+        (wrapped and len(previous) >= WRAPPED_LINE_CHARS)
 
 
 def find_duplicates(items: list[str]) -> tuple[int, int]:

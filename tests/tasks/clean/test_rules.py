@@ -279,6 +279,21 @@ def test_a_quoted_reply_is_joined_at_its_own_depth():
     assert kept == "\n".join(reply.split("\n")[:2] + reply.split("\n")[3:]) and removed["no_terminal_punct"] == 1
 
 
+def test_a_line_that_starts_with_a_mark_no_sentence_starts_with_runs_on_from_the_line_above():
+    # a Sphinx or d2lbook role at a break ("in\n:numref:`sec_ssd`"), a closing bracket, a comma
+    section = ("Besides single shot multibox detection described in\n"
+               ":numref:`sec_ssd`, region-based CNNs are also among many pioneering approaches of applying\n"
+               "deep learning to object detection\n"
+               ":cite:`Girshick.Donahue.Darrell.ea.2014`.\n"
+               "The faster model (one network for the proposals and the boxes\n"
+               ") trains in a single stage.")
+    kept, removed = c4_filter_lines(section, RulesConfig().c4)
+    assert kept == section and sum(removed.values()) == 0
+    # a line that starts a sentence in upper case still stands alone: the title above is dropped
+    kept, removed = c4_filter_lines("Region-based CNNs\n" + section, RulesConfig().c4)
+    assert kept == section and removed["no_terminal_punct"] == 1
+
+
 def test_a_sentence_in_brackets_emphasis_or_typeset_quotes_ends_a_line():
     text = EN_GOOD + "\n(The keeper retired in 1952, when the light was automated.)\n(_Thanks for the tip, Steve!_)\n" \
         "\u201cI never once let it go dark,\u201d he said, \u201cnot in forty winters.\u201d\n" \

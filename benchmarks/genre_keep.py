@@ -15,12 +15,12 @@ dedup off (copies are not what is measured), one source per genre, and again wit
 learned from the tune halves of the shared labeled sets (`clean.rules.dirty.classifier_examples`, as
 docs/clean.md tells a user to). A document is removed by the first rule that rejected it (the clean stage's
 reject record). Documents under a length minimum as read are counted apart: `clean.rules.length.min_chars`, for
-Chinese the Chinese rule's `min_cjk_chars` (20), for English prose Gopher's `min_doc_words` (50) and C4's
-`min_num_sentences` (5), judged on the normalized text
-before any rule's edit (a document that C4's line filters cut below them counts against the rules). They say how
-the genre was cut, not how the rules judge text; the table shows the share of all documents kept beside the
-share of the others. Beside the documents kept, the share of the judged characters that the kept documents still
-hold after the rules' edits (C4 removes lines). The dirty rule's share is of every document over
+Chinese the Chinese rule's `min_cjk_chars` (20), for English Gopher's `min_doc_words` (50) and C4's
+`min_num_sentences` (5) as the rules count them (a Markdown code block or equation counts), judged on the
+normalized text before any rule's edit (a document that C4's line filters cut below them counts against the
+rules). They say how the genre was cut, not how the rules judge text; the table shows the share of all documents
+kept beside the share of the others. Beside the documents kept, the share of the judged characters that the kept
+documents still hold after the rules' edits (C4 removes lines). The dirty rule's share is of every document over
 `length.min_chars`: it judges short ones too.
 
 Targets (issue 36): every high-value genre keeps >= 95% of its documents (those under the length minimum apart);
@@ -30,6 +30,9 @@ Last, the genres whose loss is the web rules' design (e-mail, technical docs), a
 them, run once more as a team would run a curated source of its own: with the source's own rule settings
 (`clean.sources[].rules`, CURATED_RULES: C4, FineWeb and Gopher repetition score instead of drop), so the cost
 of that choice in spam the quality rules no longer stop is shown with what it keeps.
+
+--show-removed N prints, for each set, up to N documents the rules removed and up to N that the dirty rule removed
+only with the classifier: read them with --score tune, never on the held-out halves.
 """
 from __future__ import annotations
 
@@ -272,7 +275,7 @@ def report(args, genres: dict, texts: dict, plain: dict, kept_chars: dict, with_
           + (f"; missed: {', '.join(missed)}" if missed else ""))
     print(f"genres asked for that no reachable public source gave: {', '.join(NOT_FOUND)}")
     if args.show_removed:
-        show_removed(texts, plain, args.show_removed)
+        show_removed(texts, plain, with_classifier, args.show_removed)
 
 
 def report_curated(texts: dict, genres: dict, plain: dict, own_rules: dict) -> None:
@@ -293,10 +296,20 @@ def report_curated(texts: dict, genres: dict, plain: dict, own_rules: dict) -> N
               f"{100 * (n - sum(lost.values())) / max(n, 1):>16.1f}%  {rate(sum(lost.values()), n)}  {top}")
 
 
-def show_removed(texts: dict, removed: dict, limit: int) -> None:
+def show_removed(texts: dict, removed: dict, removed_c: dict, limit: int) -> None:
+    """Up to `limit` documents of each set that the rules removed, then those the dirty rule removed only with the
+    classifier (what its gate let it judge)."""
     for name, by_index in removed.items():
         for k, rule in list((k, r) for k, r in by_index.items() if r != SHORT)[:limit]:
-            print(f"  [{name}] {rule}: {' '.join(texts[name][k].split())[:160]}")
+            print(f"  [{name}] {rule}: {one_line(texts[name][k])}")
+        by_classifier = [k for k, r in removed_c.get(name, {}).items()
+                         if r.startswith("dirty/") and not by_index.get(k, "").startswith("dirty/")]
+        for k in by_classifier[:limit]:
+            print(f"  [{name}] dirty with the classifier: {one_line(texts[name][k])}")
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())[:160]
 
 
 if __name__ == "__main__":

@@ -71,3 +71,14 @@ def test_a_genre_whose_reader_lacks_its_package_is_left_out_with_the_fix(tmp_pat
     source = Source("en forum (test)", "en", True, "test", "Posts.xml", "", None, needs_a_package)
     assert load_genre(source, tmp_path, tmp_path) == \
         "not read: forum threads are HTML: pip install 'pretrain-pipeline[warc]' (resiliparse)"
+
+
+def test_show_removed_lists_the_rules_removals_then_what_only_the_classifier_removed(capsys):
+    from benchmarks.genre_keep import SHORT, show_removed
+
+    texts = {"zh news": ["促销 广告", "短", "新闻 正文", "彩票 开奖"]}
+    plain = {"zh news": {0: "dirty/dirty_content", 1: SHORT}}
+    with_classifier = {"zh news": {0: "dirty/dirty_content", 1: SHORT, 3: "dirty/dirty_content"}}
+    show_removed(texts, plain, with_classifier, limit=5)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == ["  [zh news] dirty/dirty_content: 促销 广告", "  [zh news] dirty with the classifier: 彩票 开奖"]

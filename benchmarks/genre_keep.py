@@ -249,8 +249,9 @@ def report(args, genres: dict, texts: dict, plain: dict, kept_chars: dict, with_
           f"with the classifier learned from the shared labeled tune halves")
     print("'text' = characters of the kept documents after the rules' edits (C4 removes lines), of all the judged "
           "(not short)")
-    print("'short' = under a length minimum as read (length.min_chars; Chinese: 20 CJK characters; English prose: "
-          "Gopher's 50 words, C4's 5 sentences); 'all' = kept of every document, 'kept' = of the others (the target)")
+    print("'short' = under a length minimum as read (length.min_chars; Chinese: 20 CJK characters; English: "
+          "Gopher's 50 words, C4's 5 sentences, a code block or equation counting as one); 'all' = kept of every "
+          "document, 'kept' = of the others (the target)")
     print(f"{'genre':<58} {'docs':>6} {'copies':>6} {'short':>6} {'all':>7} {'kept':>7} {'text':>7} "
           f"{'removed by the rules':>22}  {'dirty +clf':>22}  target  rules that removed most")
     results = [genre_row(name, source, texts[name], plain[name], kept_chars[name], with_classifier[name], copies)

@@ -52,7 +52,7 @@ from benchmarks._genre_data import LABELED, NOT_FOUND, SOURCES, Source, digest  
 from benchmarks._quality_data import Copies, labeled_sets, rate, split, without_copies  # noqa: E402
 from pretrain.config import CleanConfig, RulesConfig  # noqa: E402
 from tasks.clean.channel import detect_channel  # noqa: E402
-from tasks.clean.features import DocFeatures, set_aside_blocks, without_display_math, without_fenced_code  # noqa: E402
+from tasks.clean.features import DocFeatures, prose_and_set_aside  # noqa: E402
 from tasks.clean.normalize import normalize_text  # noqa: E402
 from tasks.clean.rules.english import sentence_count  # noqa: E402
 from tasks.clean.stage import run_clean  # noqa: E402
@@ -170,9 +170,8 @@ def under_length_minimum(text: str, rules: RulesConfig) -> bool:
     if channel != "en":
         return False
     c4 = rules.c4
-    prose = without_fenced_code(text) if c4.keep_fenced_code else text
-    prose = DocFeatures(without_display_math(prose) if c4.keep_tex_math else prose)
-    sentences = sentence_count(prose) + set_aside_blocks(text, c4.keep_fenced_code, c4.keep_tex_math)
+    prose, set_aside = prose_and_set_aside(text, c4.keep_fenced_code, c4.keep_tex_math)
+    sentences = sentence_count(DocFeatures(prose)) + set_aside
     return len(feats.words) < rules.gopher_quality.min_doc_words or sentences < c4.min_num_sentences
 
 

@@ -185,21 +185,17 @@ def display_math_blocks(text: str) -> list[tuple[bool, str]]:
     return blocks
 
 
-def set_aside_blocks(text: str, code: bool, math: bool) -> int:
-    """How many blocks the prose rules set aside: Markdown fenced code blocks (`code`) and display equations outside
-    them (`math`). They are text the rules keep, so the length minima count them (`C4Rule`, `GopherQualityRule`)."""
-    blocks = fenced_blocks(text) if code else [(False, text)]
-    n = sum(is_code for is_code, _ in blocks)
-    if math:
-        n += sum(is_math for is_code, block in blocks if not is_code for is_math, _ in display_math_blocks(block))
-    return n
-
-
-def without_display_math(text: str) -> str:
-    """The text without its display equations (`display_math_blocks`): the prose the prose rules judge, as a
-    Markdown page's fenced code is set aside (an equation's `$$` lines would read as duplicated lines, its TeX as
-    words without stop words)."""
-    return "\n".join(block for is_math, block in display_math_blocks(text) if not is_math)
+def prose_and_set_aside(text: str, code: bool, math: bool, prose_text: str | None = None) -> tuple[str, int]:
+    """The prose the prose rules judge and how many blocks they set aside to get it: Markdown fenced code blocks
+    (`code`; `without_fenced_code`, or `prose_text` when the caller has it) and then display equations (`math`; an
+    equation's `$$` lines would read as duplicated lines, its TeX as words without stop words). The blocks are
+    text the rules keep, so the length minima count them (`C4Rule`, `GopherQualityRule`)."""
+    n_code = sum(is_code for is_code, _ in fenced_blocks(text)) if code else 0
+    prose = (without_fenced_code(text) if prose_text is None else prose_text) if code else text
+    if not math:
+        return prose, n_code
+    blocks = display_math_blocks(prose)
+    return "\n".join(block for is_math, block in blocks if not is_math), n_code + sum(m for m, _ in blocks)
 
 
 def display_math_end(lines: list[str], k: int) -> int | None:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pretrain.channels import CHANNELS
 from pretrain.config import CleanConfig
 from tasks.clean.channel import detect_channel
-from tasks.clean.features import DocFeatures, set_aside_blocks, without_display_math
+from tasks.clean.features import DocFeatures, prose_and_set_aside
 from tasks.clean.normalize import normalize_text, to_simplified
 from tasks.clean.readers import RawDoc
 from tasks.clean.rules import Doc, Failure, build_rules, judge_rules
@@ -79,25 +79,20 @@ class Cleaner:
         if not p.text.strip():
             return Verdict(p.text, p.channel, self.emptied(p.channel, repairs), repairs=repairs,
                            lines_removed=p.lines_removed)
-        result = judge_rules(self.rules, Doc(p.text, p.channel, p.feats, self.prose(p), self.set_aside(p)))
+        result = judge_rules(self.rules, Doc(p.text, p.channel, p.feats, *self.prose(p)))
         failure = result.failure
         if failure is None and p.channel not in self.cfg.keep_channels:
             failure = Failure("channel", "unsupported_language", 0.0)
         return Verdict(p.text, p.channel, failure, result.flags, result.scores, repairs, p.lines_removed)
 
-    def prose(self, p: Prepared) -> DocFeatures:
-        """The features the prose rules judge: a Markdown page's fenced code is code, which C4 would reject for
-        a curly bracket and Gopher would count as words without stop words; so is a display equation's TeX."""
+    def prose(self, p: Prepared) -> tuple[DocFeatures, int]:
+        """The features the prose rules judge, and how many blocks they leave out (the length minima count them):
+        a Markdown page's fenced code is code, which C4 would reject for a curly bracket and Gopher would count as
+        words without stop words; so is a display equation's TeX."""
         c4 = self.cfg.rules.c4
-        prose = p.feats.prose_text if c4.keep_fenced_code else p.text
-        if c4.keep_tex_math:
-            prose = without_display_math(prose)
-        return p.feats if prose == p.text else DocFeatures(prose)
-
-    def set_aside(self, p: Prepared) -> int:
-        """How many code blocks and display equations `prose` leaves out: the length minima count them."""
-        c4 = self.cfg.rules.c4
-        return set_aside_blocks(p.text, c4.keep_fenced_code, c4.keep_tex_math)
+        prose, set_aside = prose_and_set_aside(p.text, c4.keep_fenced_code, c4.keep_tex_math,
+                                               p.feats.prose_text if c4.keep_fenced_code else None)
+        return (p.feats if prose == p.text else DocFeatures(prose)), set_aside
 
     def emptied(self, channel: str, repairs: list[str]) -> Failure:
         """Why a document has no text left: the last edit that removed some, else normalization."""

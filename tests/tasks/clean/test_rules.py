@@ -5,7 +5,7 @@ from pretrain.config import NormalizeConfig, RulesConfig
 from tasks.clean.channel import detect_channel
 from tasks.clean.features import (DocFeatures, code_lead_ins, copied_dup_ngram_chars, copy_marked_words,
                                   display_math_blocks, doubled_span, dup_char_ngram_chars, dup_ngram_chars, dup_sentence_chars,
-                                  fenced_blocks, find_duplicates, top_ngram_chars, without_display_math,
+                                  fenced_blocks, find_duplicates, prose_and_set_aside, top_ngram_chars,
                                   without_fenced_code)
 from tasks.clean.normalize import normalize_text, to_simplified
 from tasks.clean.rules import Doc, build_rules, judge_rules
@@ -467,7 +467,6 @@ CODE_SECTION = (
 
 def test_the_length_minima_count_a_sections_code_and_equations():
     from pretrain.config import CleanConfig, SourceConfig
-    from tasks.clean.features import set_aside_blocks
     from tasks.clean.judge import Cleaner
     from tasks.clean.readers import RawDoc
 
@@ -484,9 +483,9 @@ def test_the_length_minima_count_a_sections_code_and_equations():
     assert judged(CODE_SECTION, c4={"keep_fenced_code": False}).failure is not None  # C4's reading
     # a display equation counts as a sentence too, once however many lines it spans
     equation = "\n$$\n\\begin{aligned}\nw &\\leftarrow w - \\eta g,\\\\\nb &\\leftarrow b - \\eta h.\n\\end{aligned}\n$$\n"
-    assert set_aside_blocks(CODE_SECTION + equation, code=True, math=True) == 2
-    assert set_aside_blocks(CODE_SECTION + equation, code=True, math=False) == 1
-    assert set_aside_blocks("```\n$$x^2$$\n```", code=True, math=True) == 1  # math inside code is code
+    assert prose_and_set_aside(CODE_SECTION + equation, code=True, math=True)[1] == 2
+    assert prose_and_set_aside(CODE_SECTION + equation, code=True, math=False)[1] == 1
+    assert prose_and_set_aside("```\n$$x^2$$\n```", code=True, math=True)[1] == 1  # math inside code is code
     # a listing with a line of prose: its 80 words of code make it long enough for Gopher, but the ratios read
     # the prose (no stop words in it) and C4 counts 2 sentences
     listing = "## Listing\n```\n" + "\n".join(f"call_{k}(arg_{k}, value_{k})" for k in range(40)) + "\n```\nDone here now."
@@ -502,7 +501,8 @@ def test_display_math_blocks_need_tex_and_a_close():
     # no TeX, no close before a blank line, or three dollar signs: not an equation
     for text in ("$$$ CASH NOW $$$\nCall us.", "$$ 100 $$", "Pay $$\n\nlater", "$$\nx^2\n\nstill open"):
         assert display_math_blocks(text) == [(False, text)], text
-    assert without_display_math("Hence\n$$\na = b\n$$\nwhere a is one.") == "Hence\nwhere a is one."
+    assert prose_and_set_aside("Hence\n$$\na = b\n$$\nwhere a is one.", code=False, math=True) == \
+        ("Hence\nwhere a is one.", 1)
 
 
 def test_a_math_span_stops_at_the_next_opening_of_its_kind():

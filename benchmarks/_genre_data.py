@@ -260,6 +260,28 @@ def paragraph_runs(paragraphs: int = 20) -> Callable[[list[Path]], Docs]:
     return read
 
 
+def court_opinion_pages(files: list[Path]) -> Docs:
+    """Each page of a US Supreme Court opinion as CourtListener gives its text (`plain_text`: the slip opinion's PDF
+    text, pages split at form feeds, each page under its running head, lines wrapped and hyphenated at the margin),
+    the case as the unit. The collection holds a JSON file a search topic and cites each case from two topics: a
+    case is read once, in topic order. One case's `plain_text` is CourtListener's HTML (its citations marked up):
+    that one is read through the project's HTML extractor, as the clean stage reads a page."""
+    from tasks.clean.warc import html_text  # raises, naming the 'warc' extra, without resiliparse
+
+    seen = set()
+    for f in sorted(files, key=lambda f: int(f.stem)):
+        case = json.loads(f.read_text(encoding="utf-8"))
+        if case["case_id"] in seen:
+            continue
+        seen.add(case["case_id"])
+        text = case["plain_text"]
+        if "</pre>" in text:
+            text = html_text(f"<html><body><pre>{text}</pre></body></html>", main_content=False)
+        for page in text.split("\f"):
+            if page.strip():
+                yield str(case["case_id"]), page.strip("\n")
+
+
 LAOSHENG = "DiamonWoo/Laosheng.top@960d764c2764edb3314e225cd500a5144b8d56c4"
 POETRY = "Werneror/Poetry@4cfe49c"
 SPAMASSASSIN = "stdlib-js/datasets-spam-assassin@1b84d49ab4b28092ead009b3ceeb67ae525289d1"
@@ -272,6 +294,7 @@ TCM = "xiaopangxia/TCM-Ancient-Books@db0155dc7c42b9c6b3736896661f317c7110038f"  
 UK_BUILDING = "Accord-Project/accord-nlp@ac1cc17f0231d37289d2eec5fe2874d0730b7c7d"  # gov.uk Approved Documents as text
 D2L_ZH = "d2l-ai/d2l-zh@e6b18ccea71451a55fcd861d7b96fddf2587b09a"  # 动手学深度学习, the book's Markdown
 D2L = "d2l-ai/d2l-en@23d7a5aecceee57d1292c56e90cce307f183bb0a"  # Dive into Deep Learning, the book's Markdown
+USSC = "ielab/ussc-caselaw-collection@a3061eef368c3edf075b2f832eb0607eb7d03724"  # CourtListener's text
 BBC = "dejanbatanjac/bbc-article-classify-bert@8265dc84e88b82b87ce7f5b2df5bbbb1159ae922"  # D. Greene's BBC set
 
 SOURCES = [
@@ -324,6 +347,11 @@ SOURCES = [
            UK_BUILDING, "Accord-Project+accord-nlp/data/lm/uk_building_codes/txt_processed", "*.txt",
            "122dbe3c2b0ffc8037a9f923685af4f43fd9fe5c6e377be28dd598b621e5f218",
            paragraph_runs(20)),
+    # Court opinions as CourtListener publishes their text: PDF text, but prose on every page; a page's running head
+    # ("Cite as: 581 U. S. ____ (2017)  3", "Opinion of the Court") is lines C4 removes, not a document lost.
+    Source("en case law (US Supreme Court opinions, 2016-2017, a page each)", "en", True, USSC,
+           "ielab+ussc-caselaw-collection/airs2017-collection/topic", "*.json",
+           "ad41b4b6c473b684c4270cb1c54cace58d57c8e01c3dd0697d231e814796bd79", court_opinion_pages),
     Source("en fiction (Shakespeare's plays, 20 speeches a document)", "en", True, CHAR_RNN,
            "karpathy+char-rnn/data/tinyshakespeare/input.txt", "",
            "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed", play_scenes),
@@ -346,4 +374,4 @@ LABELED = [  # (name, origin, path under --data, spam glob, ham glob, reader)
 ]
 
 # Genres the issue asks for that no reachable public source gave here (said in the output, not hidden)
-NOT_FOUND = ["zh forum Q&A", "modern zh medical text", "en statutes or case law"]
+NOT_FOUND = ["zh forum Q&A", "modern zh medical text", "en statutes"]

@@ -5,14 +5,16 @@
 #   bash benchmarks/get_genre_data.sh DEST [MIRRORS]
 #
 # MIRRORS: a folder of bare clones as `<owner>+<name>/repo` (read instead of cloning from GitHub when present).
-# Only text files are extracted (.txt .csv .md .xml); files a mirror lacks are skipped and then fail the hash check.
+# Only text files are extracted (.txt .csv .md .xml, and .json where a source is JSON); files a mirror lacks are
+# skipped and then fail the hash check.
 set -euo pipefail
 dest=${1:?usage: get_genre_data.sh DEST [MIRRORS]}
 mirrors=${2:-}
 mkdir -p "$dest"
 
-extract() {  # repo commit paths...   (KEEP: a regex the paths must match, DROP: one they must not, when set)
-  local repo=$1 commit=$2 name=${1/\//+} git_dir keep=${KEEP:-} drop=${DROP:-}
+extract() {  # repo commit paths...   (KEEP: a regex the paths must match, DROP: one they must not, when set;
+             #                       EXTS: the extensions extracted, a regex, text files by default)
+  local repo=$1 commit=$2 name=${1/\//+} git_dir keep=${KEEP:-} drop=${DROP:-} exts=${EXTS:-txt|csv|md|xml}
   shift 2
   git_dir=$mirrors/$name/repo
   if [[ -z "$mirrors" || ! -d "$git_dir" ]]; then
@@ -23,7 +25,7 @@ extract() {  # repo commit paths...   (KEEP: a regex the paths must match, DROP:
     while IFS= read -r path; do
       [[ -z "$keep" || "$path" =~ $keep ]] || continue
       [[ -z "$drop" || ! "$path" =~ $drop ]] || continue
-      case "$path" in *.txt | *.csv | *.md | *.xml) ;; *) continue ;; esac
+      [[ "$path" =~ [.]($exts)$ ]] || continue
       mkdir -p "$dest/$name/$(dirname "$path")"
       git --git-dir="$git_dir" show "$commit:$path" >"$dest/$name/$path" 2>/dev/null ||
         { rm -f "$dest/$name/$path"; echo "not in $git_dir: $path" >&2; }
@@ -46,3 +48,5 @@ KEEP='^[0-9][02468]5-[^/]*[.]txt$' extract xiaopangxia/TCM-Ancient-Books db0155d
 KEEP='^chapter_[^/]*/[^/]*[.]md$' extract d2l-ai/d2l-en 23d7a5aecceee57d1292c56e90cce307f183bb0a .
 KEEP='^chapter_[^/]*/[^/]*[.]md$' DROP='_origin[.]md$' extract d2l-ai/d2l-zh e6b18ccea71451a55fcd861d7b96fddf2587b09a .
 extract Accord-Project/accord-nlp ac1cc17f0231d37289d2eec5fe2874d0730b7c7d data/lm/uk_building_codes/txt_processed
+# US Supreme Court opinions (2016-2017) as CourtListener gives them: a JSON file a search topic, 50 cases twice
+EXTS=json extract ielab/ussc-caselaw-collection a3061eef368c3edf075b2f832eb0607eb7d03724 airs2017-collection/topic

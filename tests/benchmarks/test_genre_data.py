@@ -1,5 +1,6 @@
 """The genre benchmark's readers cut documents where the genre does: a law's chapters, a page's sections, a file,
-an abstract under its title, a forum question with its answers, a medicine book's sections, a run of paragraphs."""
+an abstract under its title, a forum question with its answers, a medicine book's sections, a run of paragraphs,
+a court opinion's pages."""
 from benchmarks._genre_data import (markdown_split, paragraph_runs, pubmed_abstracts, stack_exchange_threads,
                                     tcm_book_sections, text_files, zh_law_chapters)
 
@@ -133,3 +134,24 @@ def test_a_source_leaves_out_the_files_its_exclude_glob_names(tmp_path):
     assert [f.name for f in kept.files(tmp_path)] == ["a.md", "b.md"]
     assert len(every.files(tmp_path)) == 4
     assert digest(kept.files(tmp_path), tmp_path) != digest(every.files(tmp_path), tmp_path)
+
+
+def test_a_court_opinion_is_cut_into_its_pages_each_case_read_once(tmp_path):
+    """CourtListener's text of a slip opinion parts its pages with form feeds; the collection cites a case from two
+    search topics, and a case read twice would sit on both sides of the tune/held-out split. A case whose text is
+    HTML is read through the clean stage's HTML extractor: no tag is left."""
+    import json
+
+    from benchmarks._genre_data import court_opinion_pages
+
+    cases = {1: (7, "Syllabus\nHeld: one.\f2   A v. B\n\nthe Court held.\f\f"), 2: (8, "Page one.\fPage two."),
+             10: (7, "Syllabus\nHeld: one."),
+             3: (9, '<pre class="inline">Cited in </pre><span class="citation">5 U. S. 1</span><pre>, as held.'
+                    "\fNext page.</pre>")}
+    for topic, (case_id, text) in cases.items():
+        (tmp_path / f"{topic}.json").write_text(json.dumps({"case_id": case_id, "plain_text": text}), encoding="utf-8")
+    docs = list(court_opinion_pages(sorted(tmp_path.glob("*.json"))))  # sorted as text: 1, 10, 2, 3
+    assert [unit for unit, _ in docs] == ["7", "7", "8", "8", "9", "9"]
+    assert [text for _, text in docs][:4] == ["Syllabus\nHeld: one.", "2   A v. B\n\nthe Court held.", "Page one.",
+                                              "Page two."]
+    assert "5 U. S. 1" in docs[4][1] and "<" not in docs[4][1] + docs[5][1] and docs[5][1].strip() == "Next page."

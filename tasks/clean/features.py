@@ -38,6 +38,9 @@ _CLOSERS = ")]_*"
 # informal text (e-mail, chat, forums) ends a sentence with a smiley as often as with a full stop
 _SMILEY_END = re.compile(r"[:;]-?[)(DPp]+$")
 _SMILEY_MOUTHS = frozenset(")(DPp")
+# a note's mark after the sentence's end, as PDF text sets a superscript: "fits that description.5", "practice.”12";
+# the word before the mark is a word, not a file name or a number ("libpq.so.2", "version 2.5")
+_NOTE_MARK_END = re.compile(r"(?:^|\s)[(“‘\"']?[A-Za-z][A-Za-z’'-]*[.?!][”’\"')\]]?\d{1,3}$")
 # a list item starts a line of its own, whatever the line above it ends with ("the steps are:")
 _LIST_ITEM = re.compile(r"(?:[-*+•]|\d{1,3}[.)])\s")
 # the marks of a quoted e-mail reply, one per depth
@@ -235,10 +238,12 @@ def code_lead_ins(text: str) -> set[str]:
 
 
 def ends_sentence(line: str) -> bool:
-    """C4's terminal punctuation (also inside a closing bracket or emphasis), or a smiley."""
+    """C4's terminal punctuation (also inside a closing bracket or emphasis, or before a note's mark), or a smiley."""
     if line.endswith(C4_END_PUNCT):
         return True
     if line[-1:] in _SMILEY_MOUTHS and _SMILEY_END.search(line) is not None:
+        return True
+    if line[-1:].isdigit() and _NOTE_MARK_END.search(line) is not None:
         return True
     # an aside in brackets is a sentence too: "(I hope so.)"
     return line[-1:] in _CLOSERS and line.rstrip(_CLOSERS).endswith(C4_END_PUNCT)

@@ -243,6 +243,21 @@ def test_a_smiley_ends_a_sentence():
     assert kept == EN_GOOD and removed["no_terminal_punct"] == 1
 
 
+def test_a_notes_mark_after_the_full_stop_still_ends_the_sentence():
+    # a court opinion's PDF text: a footnote's superscript number set as digits after the sentence's end
+    page = ("the State must carefully evaluate whether a plain-\n"
+            "tiff could establish the Gingles preconditions in a new district\n"
+            "created without those measures. We see nothing in the legislative\n"
+            "record that fits that description.5\n"
+            "The argument that the State made below was not the one it makes now.”12\n" + EN_GOOD)
+    kept, removed = c4_filter_lines(page, RulesConfig().c4)
+    assert kept == page and sum(removed.values()) == 0
+    # a file name or a version number at the end of a line is no sentence's end
+    for line in ("The new package only has libvorbisfile.so.3", "The fix went into the release 2.5"):
+        kept, removed = c4_filter_lines(f"{line}\n{EN_GOOD}", RulesConfig().c4)
+        assert kept == EN_GOOD and removed["no_terminal_punct"] == 1
+
+
 # wrapped at 72 columns, a break before "I" and before a name: the case rule alone cuts both sentences
 WRAPPED_MAIL = ("Thanks for the numbers. I looked at the second run again last night, and\n"
                 "I think the slowdown comes from the new loader rather than from the model\n"

@@ -40,7 +40,7 @@ _SMILEY_END = re.compile(r"[:;]-?[)(DPp]+$")
 _SMILEY_MOUTHS = frozenset(")(DPp")
 # a note's mark after the sentence's end, as PDF text sets a superscript: "fits that description.5", "practice.”12";
 # the word before the mark is a word, not a file name or a number ("libpq.so.2", "version 2.5")
-_NOTE_MARK_END = re.compile(r"(?:^|\s)[(“‘\"']?[A-Za-z][A-Za-z’'-]*[.?!][”’\"')\]]?\d{1,3}$")
+_NOTE_MARK_END = re.compile(r"(?:^|\s)[(“‘\"']?[^\W\d_](?:[^\W\d_]|[’'-])*[.?!][”’\"')\]]?\d{1,3}$")
 # a list item starts a line of its own, whatever the line above it ends with ("the steps are:")
 _LIST_ITEM = re.compile(r"(?:[-*+•]|\d{1,3}[.)])\s")
 # the marks of a quoted e-mail reply, one per depth
